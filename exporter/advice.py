@@ -1,0 +1,89 @@
+"""The guide's decision, in words: what to do next after a memory failure, by when it happened.
+
+A loading-stage OOM (before readiness) is never answered with lower concurrency: the image, driver,
+hardware and parallel topology come first. A runtime OOM (after readiness) is answered with less
+context, concurrency or cache retention, a replay of the same requests, and scaling only when the target
+load still leaves no stable headroom; never with new hardware first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STAGE_LABELS = {
+    "weight_loading": "weight loading",
+    "graph_capture": "torch.compile / CUDA-graph capture",
+    "kv_cache_alloc": "memory profiling and KV-cache allocation",
+    "warmup": "warm-up (after the KV cache was allocated)",
+    "loading_unknown": "startup (step not named in the log)",
+    "prefill": "prefill",
+    "decode": "decode",
+    "runtime_unknown": "serving (step not named in the log)",
+}
+
+_LOADING_DETAIL = {
+    "weight_loading": "The weights did not fit on each GPU: spread them wider (more TP/EP ranks or GPUs), use a "
+                      "quantized checkpoint, and make sure no other process holds memory on these GPUs.",
+    "graph_capture": "Memory ran out while compiling or capturing CUDA graphs: compare the capture sizes with the "
+                     "memory left after the KV cache; --enforce-eager isolates the cause (as a diagnosis only: it "
+                     "costs decode speed).",
+    "kv_cache_alloc": "The KV cache could not be sized or allocated: weights plus the profiling peak left too little "
+                      "under gpu_memory_utilization{gmu}; compare max_model_len{mml} with the capacity the log "
+                      "states{cap}, then revisit gpu_memory_utilization, the KV-cache dtype or the topology.",
+    "warmup": "Memory ran out in the warm-up runs, after the KV cache existed: the cache was sized too close to the "
+              "limit for this topology; revisit gpu_memory_utilization and the CUDA-graph capture sizes.",
+    "loading_unknown": "The log does not name the startup step that failed: check that no other process holds GPU "
+                       "memory when the engine starts, then read the traceback above the failure.",
+}
+
+_RUNTIME_DETAIL = {
+    "prefill": "The failing step was a prefill: cap the prompt length or max_num_batched_tokens (chunked prefill) "
+               "first.",
+    "decode": "The failing step was a decode step: lower max_num_seqs or the context per request first.",
+    "runtime_unknown": "The log does not show whether the step was a prefill or a decode: look for the scheduler dump "
+                       "above the traceback, or enable it, before choosing the first change.",
+}
+
+
+def _fmt(value: Any, prefix: str = "=") -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        value = f"{value:g}"
+    return f"{prefix}{value}"
+
+
+def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: dict[str, int]) -> str:
+    """The recommendation for one log, from its first memory failure (or its absence)."""
+    if first_oom is None:
+        crashes = [k for k in ("comm_error", "illegal_memory_access", "engine_crash") if events.get(k)]
+        if crashes:
+            return ("No memory failure in this log, but the engine failed (" + ", ".join(crashes) + "): this is not a "
+                    "headroom decision. Fix that cause first; keep monitoring headroom once it serves again.")
+        if events.get("engine_ready"):
+            return ("No memory failure in this log and the engine reached readiness: tune and keep, and monitor "
+                    "KV-cache and GPU-memory headroom (vllm-headroom serve) at the target load.")
+        return "No memory failure in this log."
+    stage = first_oom["stage"]
+    label = STAGE_LABELS.get(stage, stage)
+    if first_oom["phase"] == "loading":
+        topo = ", ".join(
+            f"{short}{_fmt(facts.get(key))}" for key, short in
+            (("tensor_parallel_size", "TP"), ("pipeline_parallel_size", "PP"), ("data_parallel_size", "DP"))
+            if facts.get(key) is not None
+        ) or "TP/PP/DP/EP sizes"
+        detail = _LOADING_DETAIL.get(stage, _LOADING_DETAIL["loading_unknown"]).format(
+            gmu=_fmt(facts.get("gpu_memory_utilization")),
+            mml=_fmt(facts.get("max_model_len")),
+            cap=_fmt(facts.get("kv_cache_tokens"), " (") + (" tokens)" if facts.get("kv_cache_tokens") else ""),
+        )
+        return (f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
+                f"here. Check first the image (vLLM{_fmt(facts.get('vllm_version'), ' ')}, a CUDA 13 build for "
+                f"GB300), the driver (R580 or newer), the hardware (GPU model, count and memory against the model's "
+                f"footprint) and the parallel topology ({topo}). {detail}")
+    detail = _RUNTIME_DETAIL.get(stage, _RUNTIME_DETAIL["runtime_unknown"])
+    return (f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
+            f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
+            f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching, "
+            f"VLLM_PREFIX_CACHE_RETENTION_INTERVAL); replay the same request set after each change and watch "
+            f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom.")

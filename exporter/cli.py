@@ -1,0 +1,126 @@
+"""The `vllm-headroom` command line: serve, triage, generate, demo, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from exporter import __version__
+
+EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _cmd_triage(args: argparse.Namespace) -> int:
+    from exporter.triage import UnreadableInput, render_text, triage_path
+
+    found = False
+    failed = False
+    for path in args.logs:
+        try:
+            report = triage_path(path, args.format)
+        except UnreadableInput as exc:
+            print(f"vllm-headroom triage: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        found |= report["first_oom"] is not None
+        if args.json:
+            sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(render_text(report) + "\n")
+        sys.stdout.flush()
+    if failed:
+        return EXIT_BAD_INPUT
+    return EXIT_FOUND if found else EXIT_OK
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from exporter.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.file)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{args.file}: {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    logs = sum(1 for s in cfg.servers if s.log)
+    print(f"{args.file}: OK: {len(cfg.servers)} server(s), {logs} log(s), GPU backend {cfg.gpu.backend}, "
+          f"listening on {cfg.listen_address}")
+    return EXIT_OK
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from exporter.config import ConfigError, default_config, load_config
+
+    try:
+        cfg = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.listen_address:
+        from dataclasses import replace
+
+        cfg = replace(cfg, listen_address=args.listen_address)
+    try:
+        from exporter.daemon import run
+    except ImportError as exc:  # the daemon's own dependencies are missing
+        print(f"vllm-headroom serve: cannot start: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run(cfg)
+
+
+def _not_yet(what: str) -> int:
+    print(f"vllm-headroom: `{what}` is not built yet in this version ({__version__}).", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-headroom", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"vllm-headroom {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the exporter daemon")
+    p.add_argument("--config", help="YAML config file (default: one vLLM at 127.0.0.1:8000, GPUs auto-detected)")
+    p.add_argument("--web.listen-address", dest="listen_address", help="override listen_address, e.g. :9478")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("triage", help="find the first memory failure in vLLM logs and say what to do next",
+                       description="Exit codes: 0 no memory failure, 1 memory failure found, 2 unreadable input.")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="vLLM log file (plain, CRI or docker json), or - for stdin")
+    p.add_argument("--json", action="store_true", help="one JSON object per file (the DESIGN.md contract)")
+    p.add_argument("--format", default="auto", choices=("auto", "plain", "cri", "docker"),
+                   help="line format (default: detected per file)")
+    p.set_defaults(func=_cmd_triage)
+
+    p = sub.add_parser("check-config", help="validate a config file")
+    p.add_argument("file")
+    p.set_defaults(func=_cmd_check_config)
+
+    p = sub.add_parser("generate", help="write dashboards, alert and recording rules, tests and runbooks")
+    p.add_argument("--thresholds")
+    p.add_argument("--out")
+    p.set_defaults(func=lambda a: _not_yet("generate"))
+
+    p = sub.add_parser("demo", help="a simulated vLLM and the daemon, for a first look")
+    p.set_defaults(func=lambda a: _not_yet("demo"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `triage ... | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,297 @@
+"""The daemon's configuration: YAML in, typed dataclasses out, and errors a person can act on.
+
+Every error names the file, the key path (`servers[1].url`) and what was expected; unknown keys are
+errors (a misspelt `interval` silently ignored is a 3 a.m. mystery); all errors are reported at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import yaml
+
+DEFAULT_LISTEN = "0.0.0.0:9478"
+DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+GPU_BACKENDS = ("auto", "nvml", "amdsmi", "fake", "none")
+LOG_FORMATS = ("auto", "plain", "cri", "docker")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$")
+_SIZES = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
+
+
+class ConfigError(Exception):
+    """One or more problems in a config file; `problems` lists them all."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class LogSource:
+    path: str
+    format: str = "auto"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    name: str
+    url: str = DEFAULT_URL
+    interval_s: float = 5.0
+    timeout_s: float = 3.0
+    max_response_bytes: int = 32 * 1024 * 1024
+    log: LogSource | None = None
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    backend: str = "auto"
+    sample_interval_s: float = 0.1
+    fake_count: int = 8
+    fake_model: str = "NVIDIA GB300"
+    fake_total_bytes: int = 288 * 1024**3
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """The guide's prerequisites, checked against what the GPUs and vLLM report."""
+
+    min_driver_version: str = "580"
+    min_cuda_driver_major: int = 13
+    gpu_models: tuple[str, ...] = ("GB300", "B300", "MI355X", "MI350X")
+    min_gpu_count: int = 8
+    min_vllm_version: str = "0.27.1"
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_address: str = DEFAULT_LISTEN
+    servers: tuple[ServerConfig, ...] = (ServerConfig(name="local"),)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    prefix_cache_window_s: float = 300.0
+    state_dir: str = "~/.local/state/vllm-headroom"
+    web_config_file: str | None = None
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    source: str = "<defaults>"
+
+
+# -- value checkers: each returns the converted value or raises ValueError("expected ...") ---------------
+
+def _duration(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a duration such as 5s, 100ms or 2m")
+    if isinstance(v, (int, float)):
+        seconds = float(v)
+    else:
+        m = _DURATION.match(str(v))
+        if not m:
+            raise ValueError("expected a duration such as 5s, 100ms or 2m")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValueError("expected a duration above zero")
+    return seconds
+
+
+def _size(v: Any) -> int:
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    m = _SIZE.match(str(v)) if isinstance(v, str) else None
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError("expected a size in bytes such as 16777216 or 16MiB")
+    return int(m.group(1)) * _SIZES[m.group(2)]
+
+
+def _positive_int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return v
+
+
+def _string(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("expected a non-empty string")
+    return v
+
+
+def _version(v: Any) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        v = str(v)
+    if not isinstance(v, str) or not re.match(r"^\d+(\.\d+)*$", v.strip()):
+        raise ValueError("expected a version such as 580 or 580.65.06")
+    return v.strip()
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(v: Any) -> str:
+        if v not in options:
+            raise ValueError("expected one of " + ", ".join(options))
+        return v
+    return check
+
+
+def _url(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError("expected an http:// or https:// URL")
+    parsed = urlparse(v)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("expected an http:// or https:// URL such as http://127.0.0.1:8000/metrics")
+    return v
+
+
+def _listen(v: Any) -> str:
+    if not isinstance(v, str) or not re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}$", v):
+        raise ValueError("expected host:port such as 0.0.0.0:9478 or [::1]:9478")
+    if not 0 < int(v.rsplit(":", 1)[1]) < 65536:
+        raise ValueError("expected a port between 1 and 65535")
+    return v
+
+
+def _name(v: Any) -> str:
+    if not isinstance(v, str) or not _NAME.match(v):
+        raise ValueError("expected a short name of letters, digits, '.', '_', ':' or '-' (at most 64)")
+    return v
+
+
+def _model_list(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+        raise ValueError("expected a list of GPU model names")
+    return tuple(v)
+
+
+class _Reader:
+    """Walks the YAML tree, converting values and collecting every problem with its key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[str] = []
+
+    def problem(self, path: str, text: str) -> None:
+        self.problems.append(f"{self.source}: {path or '<top>'}: {text}")
+
+    def section(self, data: Any, path: str, spec: dict[str, Callable[[Any], Any]]) -> dict[str, Any]:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            self.problem(path, f"expected a mapping with keys {', '.join(spec)}, got {type(data).__name__}")
+            return {}
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key not in spec:
+                close = difflib.get_close_matches(str(key), list(spec), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(spec)})"
+                self.problem(where, "unknown key" + hint)
+                continue
+            try:
+                out[key] = spec[key](value)
+            except ValueError as exc:
+                self.problem(where, f"{exc}, got {_shown(key, value)}")
+        return out
+
+
+def _shown(key: str, value: Any) -> str:
+    """A value for an error message; never one that may be a secret."""
+    if any(word in key.lower() for word in ("password", "secret", "token", "auth", "key")):
+        return "<hidden>"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    r = _Reader(source)
+    top = r.section(data, "", {
+        "listen_address": _listen, "servers": lambda v: v, "gpu": lambda v: v, "windows": lambda v: v,
+        "state_dir": _string, "web_config_file": _string, "environment": lambda v: v,
+    })
+    servers: list[ServerConfig] = []
+    raw_servers = top.get("servers", None)
+    if raw_servers is not None and (not isinstance(raw_servers, list) or not raw_servers):
+        r.problem("servers", "expected a non-empty list of servers, each with at least a name")
+        raw_servers = None
+    seen: set[str] = set()
+    for i, item in enumerate(raw_servers or []):
+        path = f"servers[{i}]"
+        s = r.section(item, path, {
+            "name": _name, "url": _url, "interval": _duration, "timeout": _duration,
+            "max_response_bytes": _size, "log": lambda v: v,
+        })
+        if isinstance(item, dict) and "name" not in item:
+            r.problem(f"{path}.name", "missing: every server needs a name (it becomes the `server` label)")
+        name = s.get("name")
+        if name in seen:
+            r.problem(f"{path}.name", f"duplicate server name {name!r}: names must be unique")
+        if name:
+            seen.add(name)
+        log = None
+        if "log" in s:
+            raw_log = s["log"]
+            if isinstance(raw_log, str):
+                raw_log = {"path": raw_log}
+            lg = r.section(raw_log, f"{path}.log", {"path": _string, "format": _one_of(LOG_FORMATS)})
+            if isinstance(raw_log, dict) and "path" not in raw_log:
+                r.problem(f"{path}.log.path", "missing: the path of the vLLM log file to follow")
+            if "path" in lg:
+                log = LogSource(os.path.expanduser(lg["path"]), lg.get("format", "auto"))
+        interval = s.get("interval", 5.0)
+        timeout = s.get("timeout", min(3.0, interval))
+        if timeout > interval:
+            r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
+        servers.append(ServerConfig(name=name or f"server{i}", url=s.get("url", DEFAULT_URL), interval_s=interval,
+                                    timeout_s=timeout, max_response_bytes=s.get("max_response_bytes",
+                                                                                32 * 1024 * 1024), log=log))
+    g = r.section(top.get("gpu"), "gpu", {
+        "backend": _one_of(GPU_BACKENDS), "sample_interval": _duration, "fake_count": _positive_int,
+        "fake_model": _string, "fake_total_bytes": _size,
+    })
+    w = r.section(top.get("windows"), "windows", {"prefix_cache_hit_ratio": _duration})
+    e = r.section(top.get("environment"), "environment", {
+        "min_driver_version": _version, "min_cuda_driver_major": _positive_int, "gpu_models": _model_list,
+        "min_gpu_count": _positive_int, "min_vllm_version": _version,
+    })
+    if r.problems:
+        raise ConfigError(r.problems)
+    defaults = Config()
+    return Config(
+        listen_address=top.get("listen_address", DEFAULT_LISTEN),
+        servers=tuple(servers) if servers else defaults.servers,
+        gpu=GpuConfig(**{k2: g[k1] for k1, k2 in (("backend", "backend"), ("sample_interval", "sample_interval_s"),
+                                                   ("fake_count", "fake_count"), ("fake_model", "fake_model"),
+                                                   ("fake_total_bytes", "fake_total_bytes")) if k1 in g}),
+        prefix_cache_window_s=w.get("prefix_cache_hit_ratio", defaults.prefix_cache_window_s),
+        state_dir=os.path.expanduser(top.get("state_dir", defaults.state_dir)),
+        web_config_file=top.get("web_config_file"),
+        environment=EnvironmentConfig(**e),
+        source=source,
+    )
+
+
+def load_config(path: str) -> Config:
+    """Read and validate a config file; raises ConfigError naming the file on any problem."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the config file: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not a UTF-8 text file"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError([f"{path}: {where}invalid YAML: {problem}"]) from None
+    if data is None:
+        data = {}
+    return parse_config(data, path)
+
+
+def default_config() -> Config:
+    return Config(state_dir=os.path.expanduser(Config().state_dir))

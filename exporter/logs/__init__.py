@@ -1,0 +1,1 @@
+"""Reading vLLM logs: line formats, vLLM's line shape, patterns, and the stage machine."""

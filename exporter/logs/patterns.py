@@ -1,0 +1,189 @@
+"""What vLLM's log lines say, as patterns: stage markers, memory failures, other events, stated facts.
+
+Every pattern is written from vLLM's own format strings (see ../shared/vllm-reference.md and the fixture
+headers for the source files) and matches key phrases loosely, with numbers as groups, because the
+wording drifts between releases. Memory-failure patterns are anchored at the start of the message: an
+exception line starts there, while a request log or a scheduler dump that quotes a user's prompt does not.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOADING_STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown")
+RUNTIME_STAGES = ("prefill", "decode", "runtime_unknown")
+STAGES = LOADING_STAGES + RUNTIME_STAGES
+
+# The stage an engine is in, for `engine_stage`: the loading stages, then `ready` (serving),
+# `crashed` (a fatal error since the last start) and `unknown` (no startup seen).
+ENGINE_STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown",
+                 "ready", "crashed", "unknown")
+
+EVENT_KINDS = ("oom", "engine_ready", "engine_crash", "preemption", "context_rejected",
+               "tool_call_parse_error", "comm_error", "illegal_memory_access")
+
+
+def phase_of(stage: str) -> str:
+    return "runtime" if stage in RUNTIME_STAGES else "loading"
+
+
+# -- startup markers, in vLLM's order ---------------------------------------------------------------
+# (pattern, what it marks). "server_start" opens a new startup; the rest move the stage machine.
+MARKERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"vLLM API server version"), "server_start"),
+    (re.compile(r"Initializing an? (?:V1 )?LLM engine"), "engine_start"),
+    (re.compile(r"^Starting to load model|checkpoint shards:|^Loading weights took"), "weight_loading"),
+    (re.compile(r"^Model loading took|^Loading model weights took"), "weights_loaded"),
+    (re.compile(r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
+                r"|^Directly load the compiled graph"), "compile"),
+    (re.compile(r"^torch\.compile takes"), "compiled"),
+    (re.compile(r"^Memory profiling takes|^Available KV cache memory|KV cache size: [\d,]+ tokens"
+                r"|^# GPU blocks|^Maximum concurrency for"), "kv_cache_alloc"),
+    (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"),
+     "graph_capture"),
+    (re.compile(r"^Graph capturing finished"), "graph_captured"),
+    (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
+    (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on"), "ready"),
+]
+# Cheap test before the marker list: every marker contains one of these words.
+MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
+                         r"|Compiling a graph|compiled graph|Memory profiling|KV cache|GPU blocks|Maximum concurrency"
+                         r"|apturing|init engine|startup complete|API server|Uvicorn running")
+
+# -- memory failures ---------------------------------------------------------------------------------
+# (pattern, stage hint or None, failure kind). None: the stage comes from frames and markers.
+# vLLM's own errors may be logged bare, as `ValueError: ...` or as `ValueError('...')`.
+_EXC = r"^(?:[\w.]*(?:Error|Exception)(?:: |\(['\"]))?"
+OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
+    (re.compile(r"^RuntimeError: (?:CUDA|HIP) out of memory occurred when warming up sampler"),
+     "sampler", "sampler_warmup_oom"),
+    (re.compile(r"^(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
+    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? error: out of memory"),
+     None, "device_oom"),
+    (re.compile(r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+                r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"), None, "device_oom"),
+    (re.compile(_EXC + r"No available memory for the cache blocks"), "kv_cache_alloc", "kv_cache_insufficient"),
+    (re.compile(_EXC + r"To serve at least one request with the models?'s max seq len \((\d+)\),"
+                r".{0,80}?KV cache is needed, which is larger than the available KV cache memory"),
+     "kv_cache_alloc", "kv_cache_insufficient"),
+    (re.compile(_EXC + r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens"
+                r" that can be stored in KV cache"), "kv_cache_alloc", "max_model_len_too_large"),
+    (re.compile(_EXC + r"Free memory on device .{0,80}? on startup is less than desired GPU memory utilization"),
+     "loading_unknown", "free_memory_below_utilization"),
+]
+OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
+                      r"|No available memory|KV cache is needed|stored in KV cache|Free memory on device")
+
+# -- other events (never memory failures) ------------------------------------------------------------
+EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"is preempted by PreemptionMode\.|preempted by PreemptionMode"), "preemption"),
+    (re.compile(r"This model's maximum context length is \d+ tokens|is longer than the maximum model length"),
+     "context_rejected"),
+    (re.compile(r"Error in extracting tool call from response"), "tool_call_parse_error"),
+    (re.compile(r"NCCL error|RCCL error|Watchdog caught collective operation timeout|DistBackendError"
+                r"|ncclInternalError|ncclSystemError|ncclRemoteError"), "comm_error"),
+    (re.compile(r"an illegal memory access was encountered"), "illegal_memory_access"),
+    (re.compile(r"EngineDeadError|EngineCore encountered a fatal error|Engine core initialization failed"
+                r"|EngineCore failed to start|Engine core proc \S+ died unexpectedly"), "engine_crash"),
+]
+EVENT_HINT = re.compile(r"preempted|maximum context length|maximum model length|tool call|NCCL|RCCL"
+                        r"|collective operation|DistBackend|nccl|illegal memory|Engine")
+# Kinds that one failure prints many times (once per rank, once per traceback): counted once per incident.
+INCIDENT_KINDS = frozenset({"oom", "engine_crash", "comm_error", "illegal_memory_access"})
+
+# -- signs the engine is alive: they close an open incident -------------------------------------------
+STATS_LINE = re.compile(
+    r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s"
+    r"(?:.*?Running: (?P<running>\d+) reqs)?(?:.*?Waiting: (?P<waiting>\d+) reqs)?"
+    r"(?:.*?GPU KV cache usage: (?P<kv>[\d.]+)%)?(?:.*?Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
+)
+ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
+
+# -- traceback frames -> stage ------------------------------------------------------------------------
+TRACEBACK_START = "Traceback (most recent call last)"
+FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
+FRAME_FUNCS: dict[str, str] = {}
+for _stage, _funcs in {
+    "weight_loading": ("load_weights", "load_model", "_load_weights", "load_weights_and_postprocess",
+                       "download_model", "_get_weights_iterator"),
+    "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph"),
+    "kv_cache_alloc": ("profile_run", "determine_available_memory", "initialize_kv_cache", "_initialize_kv_caches",
+                       "get_kv_cache_config", "get_kv_cache_configs", "initialize_from_config",
+                       "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors", "_reshape_kv_cache_tensors",
+                       "check_enough_kv_cache_memory", "determine_num_available_blocks", "initialize_cache",
+                       "_init_cache_engine", "allocate_kv_cache"),
+    "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
+    "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
+                "step_with_batch_queue"),
+}.items():
+    for _f in _funcs:
+        FRAME_FUNCS[_f] = _stage
+# Paths whose frames only exist while torch.compile is compiling (not when compiled code runs).
+COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
+                 "vllm/compilation/compiler_interface.py")
+
+# -- the step that was running when a runtime failure hit ------------------------------------------------
+SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")
+NEW_REQUEST = "NewRequestData("
+SCHEDULED_TOKENS = re.compile(r"num_scheduled_tokens=\{(?P<body>[^}]{0,20000})\}")
+# A cached request scheduled for more tokens than this in one step is a chunked prefill, not a decode
+# step (speculative decoding schedules a handful of tokens per decode step).
+DECODE_MAX_TOKENS = 16
+
+# -- facts the log states -----------------------------------------------------------------------------
+NUM = r"(-?[\d][\d,]*(?:\.\d+)?)"
+VERSION = re.compile(r"vLLM API server version (\S+)|LLM engine \(v([^)\s]+)\)")
+ENGINE_CONFIG = re.compile(r"LLM engine \(v[^)]*\) with config: (?P<cfg>.*)")
+CONFIG_FIELDS = {
+    "model": re.compile(r"(?:^|[ ,])model='?([^',]+)'?"),
+    "tensor_parallel_size": re.compile(r"tensor_parallel_size=(\d+)"),
+    "pipeline_parallel_size": re.compile(r"pipeline_parallel_size=(\d+)"),
+    "data_parallel_size": re.compile(r"data_parallel_size=(\d+)"),
+    "max_model_len": re.compile(r"max_seq_len=(\d+)"),
+    "enable_prefix_caching": re.compile(r"enable_prefix_caching=(True|False)"),
+    "quantization": re.compile(r"quantization=([\w.-]+)"),
+    "dtype": re.compile(r"(?:^|[ ,])dtype=(?:torch\.)?([\w]+)"),
+    "kv_cache_dtype": re.compile(r"kv_cache_dtype=([\w]+)"),
+}
+NON_DEFAULT_ARGS = re.compile(r"non-default args: \{(?P<body>.*)\}")
+NAMESPACE_ARGS = re.compile(r"args: Namespace\((?P<body>.*)\)")
+NAMESPACE_PAIR = re.compile(r"(?:^|, )(\w+)=('(?:[^'\\]|\\.)*'|[^,()\[\]{}]+)")
+ARG_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]]+)")
+ARG_FACTS = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+             "enable_expert_parallel", "max_model_len", "gpu_memory_utilization", "enable_prefix_caching",
+             "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "quantization", "enforce_eager",
+             "enable_chunked_prefill", "block_size", "swap_space", "cpu_offload_gb", "speculative_config")
+START_LOAD = re.compile(r"^Starting to load model (\S+?)(?:\.\.\.)?$")
+MODEL_LOADING = re.compile(r"^Model loading took " + NUM + r" ?GiB(?: memory)? and " + NUM + r" ?s")
+MODEL_LOADING_V0 = re.compile(r"^Loading model weights took " + NUM + r" ?GB")
+LOADING_WEIGHTS = re.compile(r"^Loading weights took " + NUM + r" ?s")
+TORCH_COMPILE = re.compile(r"^torch\.compile takes " + NUM + r" ?s in total")
+PROFILE_TIME = re.compile(r"^Memory profiling takes " + NUM + r" ?s")
+PROFILE_SPLIT = {
+    "non_kv_cache_memory_gib": re.compile(r"Total non KV cache memory: " + NUM + r" ?GiB"),
+    "activation_peak_gib": re.compile(r"torch peak memory increase: " + NUM + r" ?GiB"),
+    "non_torch_memory_gib": re.compile(r"non-torch forward increase memory: " + NUM + r" ?GiB"),
+    "weights_memory_gib": re.compile(r"weights memory: " + NUM + r" ?GiB"),
+}
+# V0 and early V1 wording of the same split.
+PROFILE_SPLIT_V0 = {
+    "total_gpu_memory_gib": re.compile(r"total_gpu_memory \(" + NUM + r" ?GiB\)"),
+    "gpu_memory_utilization": re.compile(r"gpu_memory_utilization \(" + NUM + r"\)"),
+    "weights_memory_gib": re.compile(r"model weights take " + NUM + r" ?GiB"),
+    "non_torch_memory_gib": re.compile(r"non_torch_memory takes " + NUM + r" ?GiB"),
+    "activation_peak_gib": re.compile(r"PyTorch activation peak memory takes " + NUM + r" ?GiB"),
+    "kv_cache_memory_gib": re.compile(r"reserved for KV Cache is " + NUM + r" ?GiB"),
+}
+KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
+KV_TOKENS = re.compile(r"KV cache size: " + NUM + r" tokens")
+MAX_CONCURRENCY = re.compile(r"Maximum concurrency for " + NUM + r" tokens per request: " + NUM + r"x")
+GPU_BLOCKS = re.compile(r"^# (?:GPU|\w+) blocks: (\d+)")
+GRAPH_CAPTURE = re.compile(r"^Graph capturing finished in " + NUM + r" secs?(?:, took " + NUM + r" GiB)?")
+ENGINE_INIT = re.compile(r"^init engine \(profile, create kv cache, warmup model\) took " + NUM + r" ?s")
+FACT_HINT = re.compile(r"version|config:|non-default args|args: Namespace|Starting to load|took|takes|KV cache|blocks:"
+                       r"|Maximum concurrency|Graph capturing|total_gpu_memory")
+
+
+def number(text: str) -> float:
+    """vLLM prints counts with thousands separators ("1,048,576"): read them as numbers."""
+    return float(text.replace(",", ""))
