@@ -63,8 +63,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
     (re.compile(r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                 r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"), None, "device_oom"),
     (re.compile(_EXC + r"No available memory for the cache blocks"), "kv_cache_alloc", "kv_cache_insufficient"),
-    (re.compile(_EXC + r"To serve at least one request with the models?'s max seq len \((\d+)\),"
-                r".{0,80}?KV cache is needed, which is larger than the available KV cache memory"),
+    (re.compile(_EXC + r"To serve at least one request with the models?'s max seq len \((\d+)\)"),
      "kv_cache_alloc", "kv_cache_insufficient"),
     (re.compile(_EXC + r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens"
                 r" that can be stored in KV cache"), "kv_cache_alloc", "max_model_len_too_large"),
@@ -72,7 +71,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
      "loading_unknown", "free_memory_below_utilization"),
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
-                      r"|No available memory|KV cache is needed|stored in KV cache|Free memory on device")
+                      r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [

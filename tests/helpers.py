@@ -1,0 +1,57 @@
+"""Shared test helpers: fixture logs without their comment headers, and the wrappings container runtimes add."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+
+def fixture_names() -> list[str]:
+    return sorted(p.name for p in FIXTURES.glob("*.log"))
+
+
+def fixture_text(name: str) -> str:
+    """The log as vLLM wrote it: the fixture's `#` header lines become blank lines, so line numbers stay."""
+    lines = (FIXTURES / name).read_text(encoding="utf-8").split("\n")
+    out, in_header = [], True
+    for line in lines:
+        if in_header and line.startswith("#"):
+            out.append("")
+            continue
+        in_header = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def expectations(name: str) -> dict[str, str]:
+    """The `# expect: key=value ...` line of a fixture's header."""
+    for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("# expect:"):
+            return dict(item.split("=", 1) for item in line[len("# expect:"):].split())
+    raise AssertionError(f"{name} has no '# expect:' line")
+
+
+def wrap_cri(text: str, piece: int = 0) -> bytes:
+    """Wrap each line as the kubelet's CRI log does; with `piece`, split long lines into `P` partials."""
+    out = []
+    for i, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")):
+        stamp = f"2026-11-20T09:{i // 60 % 60:02d}:{i % 60:02d}.{i:09d}Z"
+        chunks = [line[j:j + piece] for j in range(0, len(line), piece)] if piece and line else [line]
+        for k, chunk in enumerate(chunks):
+            tag = "F" if k == len(chunks) - 1 else "P"
+            out.append(f"{stamp} stderr {tag} {chunk}")
+    return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def wrap_docker(text: str, piece: int = 0) -> bytes:
+    """Wrap each line as docker's json-file driver does; with `piece`, split long lines the way it does at 16 KiB."""
+    out = []
+    for i, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")):
+        stamp = f"2026-11-20T09:{i // 60 % 60:02d}:{i % 60:02d}.{i:09d}Z"
+        full = line + "\n"
+        chunks = [full[j:j + piece] for j in range(0, len(full), piece)] if piece else [full]
+        for chunk in chunks:
+            out.append(json.dumps({"log": chunk, "stream": "stderr", "time": stamp}))
+    return ("\n".join(out) + "\n").encode("utf-8")
