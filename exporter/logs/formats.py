@@ -95,6 +95,11 @@ class LineDecoder:
             return self._finish_piece(msg, number, time, truncated)
         return self._feed_docker(raw, number, truncated)
 
+    @property
+    def pending(self) -> bool:
+        """A partial line is waiting for its end."""
+        return bool(self._pending)
+
     def flush(self) -> LogLine | None:
         """Return a partial line still waiting for its end (the file ended mid-line)."""
         if not self._pending:

@@ -474,3 +474,39 @@ def _parse_time(text: str | None) -> float | None:
 
 
 __all__ = ["Event", "Epoch", "LogAnalyzer"]
+
+
+def snapshot(a: LogAnalyzer) -> dict[str, Any]:
+    """What the daemon persists beside a log offset, so a restart neither loses nor repeats an event."""
+    ep = a.epoch
+    return {
+        "counts": dict(a.counts),
+        "oom_counts": [[s, p, n] for (s, p), n in a.oom_counts.items()],
+        "lines": a.lines,
+        "epoch": {"index": ep.index, "start_line": ep.start_line, "start_time": ep.start_time, "started": ep.started,
+                  "stage": ep.stage, "ready": ep.ready, "crashed": ep.crashed, "kv_sized": ep.kv_sized,
+                  "events": ep.events, "facts": ep.facts, "startup": ep.startup},
+        "open": sorted(a._open),
+        "last_step": [[k, v] for k, v in a._last_step.items()],
+        "frames": [[k, v] for k, v in a._frames.items()],
+        "saw_runtime": a._saw_runtime,
+    }
+
+
+def restore(data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
+    """The inverse of `snapshot`; raises KeyError/TypeError/ValueError on a damaged state."""
+    a = LogAnalyzer(max_events)
+    a.counts = Counter({str(k): int(v) for k, v in data["counts"].items()})
+    a.oom_counts = Counter({(str(s), str(p)): int(n) for s, p, n in data["oom_counts"]})
+    a.lines = int(data["lines"])
+    e = data["epoch"]
+    ep = Epoch(int(e["index"]), int(e["start_line"]), e["start_time"], bool(e["started"]), str(e["stage"]),
+               bool(e["ready"]), crashed=bool(e["crashed"]), kv_sized=bool(e["kv_sized"]), events=int(e["events"]),
+               facts=dict(e["facts"]), startup={str(k): float(v) for k, v in e["startup"].items()})
+    a.epochs = [ep]
+    for kind in data["open"]:
+        a._open[str(kind)] = Event(0, None, str(kind))
+    a._last_step = {(None if k is None else int(k)): str(v) for k, v in data["last_step"]}
+    a._frames = {(None if k is None else str(k)): [str(x) for x in v] for k, v in data["frames"]}
+    a._saw_runtime = bool(data["saw_runtime"])
+    return a

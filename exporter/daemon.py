@@ -1,0 +1,222 @@
+"""`vllm-headroom serve`: scrapes the vLLM servers, samples GPU memory, follows the logs, serves /metrics.
+
+The aiohttp app's cleanup context owns every background task, so SIGTERM stops them in order and the
+log offsets are flushed before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from typing import Any, AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
+from exporter import derive
+from exporter.config import Config, ServerConfig
+from exporter.gpu.base import GpuUnavailable, open_backend
+from exporter.gpu.sampler import GpuSampler
+from exporter.logs.tailer import LogTailer
+from exporter.metrics import HeadroomCollector
+from exporter.vllm.scrape import ScrapeResult, fetch_metrics
+
+log = logging.getLogger("vllm_headroom")
+TAIL_INTERVAL_S = 0.25
+MAX_ENGINES = 256  # DP engines kept per server; beyond this, series are dropped (and counted)
+
+
+class ServerState:
+    """What is known of one vLLM server: its last scrape, windows over its counters, its log."""
+
+    def __init__(self, config: ServerConfig, window_s: float, tailer: LogTailer | None) -> None:
+        self.config = config
+        self.name = config.name
+        self.tailer = tailer
+        self.window_s = window_s
+        self.up = False
+        self.scrapes = 0
+        self.last_duration = 0.0
+        self.last_size = 0
+        self.last_success: float | None = None
+        self.errors: Counter[str] = Counter()
+        self.series: dict = {}
+        self.kv_usage: dict[tuple[str, str], float] = {}
+        self.cache_config: dict[str, str] = {}
+        self.windows: dict[tuple[str, str], derive.CounterWindow] = {}
+        self.v0_rates: dict[str, float] = {}
+        self.dropped_engines = 0
+
+    def update(self, result: ScrapeResult, now: float) -> None:
+        self.scrapes += 1
+        self.last_duration = result.duration_s
+        self.last_size = result.size_bytes
+        if not result.ok:
+            self.errors[result.reason or "other"] += 1
+            if self.up:
+                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.url, result.reason,
+                            result.detail)
+            elif self.scrapes == 1:
+                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.url, result.reason,
+                         result.detail)
+            self.up = False
+            self.series = {}
+            self.kv_usage = {}
+            return
+        if not self.up:
+            log.info("%s: scraping %s (%d bytes)", self.name, self.config.url, result.size_bytes)
+        if result.reason:
+            self.errors[result.reason] += 1
+        self.up = True
+        self.last_success = time.time()
+        self.series = result.series
+        self.kv_usage = derive.kv_usage(result.series)
+        self.cache_config = derive.cache_config(result.series)
+        self.v0_rates = derive.v0_hit_rate(result.series)
+        for key, (hits, queries) in derive.prefix_counters(result.series).items():
+            w = self.windows.get(key)
+            if w is None:
+                if len(self.windows) >= MAX_ENGINES:
+                    self.dropped_engines += 1
+                    continue
+                w = self.windows[key] = derive.CounterWindow(self.window_s)
+            w.add(now, hits, queries)
+
+    def hit_ratios(self) -> dict[str, float]:
+        """Per model: hits / queries over the window, summed over engines; absent without queries."""
+        sums: dict[str, list[float]] = {}
+        for (model, _engine), w in self.windows.items():
+            h, q = w.increases()
+            acc = sums.setdefault(model, [0.0, 0.0])
+            acc[0] += h
+            acc[1] += q
+        out = {m: h / q for m, (h, q) in sums.items() if q > 0}
+        for model, rate in self.v0_rates.items():
+            out.setdefault(model, rate)
+        return out
+
+    def log_facts(self) -> dict[str, Any]:
+        if self.tailer is None:
+            return {}
+        with self.tailer.lock:
+            return dict(self.tailer.analyzer.epoch.facts)
+
+
+class Daemon:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.servers: dict[str, ServerState] = {}
+        for sc in cfg.servers:
+            tailer = LogTailer(sc.name, sc.log, cfg.state_dir) if sc.log else None
+            self.servers[sc.name] = ServerState(sc, cfg.prefix_cache_window_s, tailer)
+        self.gpu: GpuSampler | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._tails_polled = False
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.registry.register(HeadroomCollector(self))
+
+    def open_gpus(self) -> None:
+        g = self.cfg.gpu
+        try:
+            backend = open_backend(g.backend, g.fake_count, g.fake_model, g.fake_total_bytes)
+        except GpuUnavailable as exc:
+            log.error("GPU memory: the configured backend %r is not usable: %s; GPU series are not exported",
+                      g.backend, exc)
+            backend = None
+        if backend is not None:
+            self.gpu = GpuSampler(backend, g.sample_interval_s)
+
+    def ready(self) -> bool:
+        scraped = all(s.scrapes > 0 for s in self.servers.values())
+        tails = self._tails_polled or not any(s.tailer for s in self.servers.values())
+        return scraped and tails
+
+    def report(self) -> None:
+        """Say once, at startup, what is being watched."""
+        for s in self.servers.values():
+            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.url, s.config.interval_s,
+                     s.config.timeout_s, f", log {s.config.log.path} ({s.config.log.format})" if s.config.log else "")
+        log.info("state kept in %s; prefix-cache window %gs; listening on %s", self.cfg.state_dir,
+                 self.cfg.prefix_cache_window_s, self.cfg.listen_address)
+
+    async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
+        """aiohttp cleanup context: start everything, yield while serving, stop everything."""
+        self.report()
+        if self.gpu is None:
+            self.open_gpus()
+        if self.gpu is not None:
+            self.gpu.start()
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), auto_decompress=True)
+        for s in self.servers.values():
+            self._tasks.append(asyncio.create_task(self._scrape_loop(session, s), name=f"scrape-{s.name}"))
+        if any(s.tailer for s in self.servers.values()):
+            self._tasks.append(asyncio.create_task(self._tail_loop(), name="tail"))
+        try:
+            yield
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await session.close()
+            for s in self.servers.values():
+                if s.tailer:
+                    s.tailer.close()
+            if self.gpu is not None:
+                self.gpu.stop()
+            log.info("stopped; log offsets saved")
+
+    async def _scrape_loop(self, session: aiohttp.ClientSession, s: ServerState) -> None:
+        await asyncio.sleep(random.uniform(0, min(0.5, s.config.interval_s / 10)))  # spread many servers
+        while True:
+            started = time.monotonic()
+            try:
+                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes)
+                s.update(result, started)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop this server's scraping for good
+                log.exception("%s: unexpected error while scraping", s.name)
+            await asyncio.sleep(max(0.0, s.config.interval_s - (time.monotonic() - started)))
+
+    async def _tail_loop(self) -> None:
+        tailers = [s.tailer for s in self.servers.values() if s.tailer]
+
+        def poll_all() -> None:
+            for t in tailers:
+                t.poll()
+
+        while True:
+            try:
+                await asyncio.to_thread(poll_all)
+                self._tails_polled = True
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("unexpected error while following logs")
+            await asyncio.sleep(TAIL_INTERVAL_S)
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def run(cfg: Config) -> int:
+    from exporter.server import build_app
+
+    daemon = Daemon(cfg)
+    host, port = _host_port(cfg.listen_address)
+    app = build_app(daemon, daemon.registry)
+    try:
+        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", cfg.listen_address, exc)
+        return 2
+    return 0

@@ -1,0 +1,123 @@
+"""Reads GPU memory on its own timer (10 Hz by default) in a thread, keeping the peak between scrapes.
+
+Sampling on our own timer departs from the exporter guide's read-on-scrape rule, as dcgm-exporter does,
+because a prefill spike lives for milliseconds: a 15 s scrape would never see it. The thread also keeps
+a slow NVML call from stalling the event loop. A failing GPU is marked down and retried with backoff;
+the other GPUs keep flowing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from exporter.gpu.base import GpuBackend, GpuError, GpuInfo
+
+log = logging.getLogger("vllm_headroom.gpu")
+MAX_BACKOFF_S = 30.0
+MAX_PROCESSES = 32
+
+
+@dataclass
+class GpuState:
+    info: GpuInfo
+    up: bool = False
+    used: int | None = None
+    total: int | None = None
+    reserved: int | None = None
+    peak: int | None = None  # max used since the previous collect
+    samples: int = 0
+    errors: int = 0
+    lost: int = 0
+    last_success: float | None = None  # wall-clock seconds
+    retry_at: float = 0.0
+    backoff: float = 0.0
+    processes: list[tuple[int, int]] = field(default_factory=list)
+
+
+class GpuSampler:
+    def __init__(self, backend: GpuBackend, interval_s: float = 0.1, process_interval_s: float = 1.0) -> None:
+        self.backend = backend
+        self.interval_s = interval_s
+        self.process_interval_s = process_interval_s
+        self.states = {d.index: GpuState(d) for d in backend.devices()}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_procs = 0.0
+        self.driver = backend.driver()
+        self.loop_seconds = 0.0  # time spent reading, for the self-metrics
+
+    def start(self) -> None:
+        if self._thread is None and self.states:
+            self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.backend.close()
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            next_at += self.interval_s
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow driver call): skip ahead instead of bursting
+                next_at = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+
+    def sample_once(self) -> None:
+        start = time.monotonic()
+        want_procs = start >= self._next_procs
+        if want_procs:
+            self._next_procs = start + self.process_interval_s
+        for index, st in self.states.items():
+            if not st.up and start < st.retry_at:
+                continue
+            try:
+                reading = self.backend.read_memory(index)
+                procs = self.backend.processes(index)[:MAX_PROCESSES] if want_procs else None
+            except GpuError as exc:
+                self._failed(st, exc, start)
+                continue
+            except Exception as exc:  # an adapter bug must not kill the sampler
+                self._failed(st, GpuError(f"{type(exc).__name__}: {exc}"), start)
+                continue
+            with self._lock:
+                if not st.up and st.errors:
+                    log.info("GPU %s is readable again after %d error(s)", index, st.errors)
+                st.up = True
+                st.backoff = 0.0
+                st.used, st.total, st.reserved = reading.used_bytes, reading.total_bytes, reading.reserved_bytes
+                st.peak = reading.used_bytes if st.peak is None else max(st.peak, reading.used_bytes)
+                st.samples += 1
+                st.last_success = time.time()
+                if procs is not None:
+                    st.processes = procs
+        self.loop_seconds += time.monotonic() - start
+
+    def _failed(self, st: GpuState, exc: GpuError, now: float) -> None:
+        with self._lock:
+            if st.up or not st.errors:
+                log.warning("GPU %s (%s) read failed%s: %s; retrying with backoff", st.info.index, st.info.uuid,
+                            " (GPU lost)" if exc.lost else "", exc)
+            st.up = False
+            st.errors += 1
+            st.lost += exc.lost
+            st.backoff = min(MAX_BACKOFF_S, max(self.interval_s, st.backoff * 2 or 0.5))
+            st.retry_at = now + st.backoff
+
+    def collect(self) -> list[GpuState]:
+        """A snapshot for one scrape; peaks restart from the current value."""
+        with self._lock:
+            out = []
+            for st in self.states.values():
+                out.append(GpuState(**{k: getattr(st, k) for k in st.__dataclass_fields__}))
+                st.peak = st.used
+            return out

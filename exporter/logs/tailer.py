@@ -1,0 +1,314 @@
+"""Follows one vLLM log file through rotations and restarts, feeding the stage machine exactly once per line.
+
+What the peers get wrong, done right: a file is known by a checksum of its first bytes (inodes are
+reused), the offset is persisted atomically together with the stage machine's counters, so a restart
+resumes where it stopped (mtail starts at the end and loses what was written meanwhile); a file truncated
+while we were away is read from its start again rather than from a stale offset (promtail); a file
+renamed away is drained to its end before the new one is opened; what cannot be read is counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from exporter.config import LogSource
+from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, detect_format
+from exporter.logs.stages import LogAnalyzer, restore, snapshot
+
+log = logging.getLogger("vllm_headroom.logs")
+FINGERPRINT_BYTES = 1024
+READ_CHUNK = 1 << 20
+STATE_VERSION = 1
+
+
+def _fingerprint(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
+
+
+@dataclass
+class TailHealth:
+    bytes_read: int = 0
+    lines_read: int = 0
+    rotations: int = 0
+    truncations: int = 0
+    bytes_skipped: int = 0
+    lines_cut: int = 0
+    read_errors: int = 0
+    file_present: bool = False
+    last_read: float | None = None  # wall clock of the last poll that found new bytes
+    last_poll: float | None = None
+
+
+class LogTailer:
+    def __init__(self, server: str, source: LogSource, state_dir: str | None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+        self.server = server
+        self.path = source.path
+        self.format_setting = source.format
+        self.state_path = os.path.join(state_dir, f"{server}.tail.json") if state_dir else None
+        self.max_line_bytes = max_line_bytes
+        self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
+        self.analyzer = LogAnalyzer()
+        self.health = TailHealth()
+        self._fh: BinaryIO | None = None
+        self._inode: int | None = None
+        self._offset = 0  # bytes of the current file consumed into complete lines
+        self._line_no = 0
+        self._fp = ""
+        self._fp_len = 0
+        self._buf = b""
+        self._decoder: LineDecoder | None = None
+        self._safe = (0, 0)  # (offset, line number) with no partial line pending: what is persisted
+        self._saved: dict | None = None
+        self._last_save = 0.0
+        self._dirty = False
+        self._last_size = 0
+        self._skipping = False  # inside an over-long line whose rest is being dropped
+        self._skipped = 0
+        self._load_state()
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        if not self.state_path or not os.path.exists(self.state_path):
+            return
+        try:
+            with open(self.state_path, encoding="utf-8") as f:
+                data = json.load(f)
+            if data.get("version") != STATE_VERSION or data.get("path") != self.path:
+                log.info("%s: state file %s is for another log or version; starting afresh", self.server,
+                         self.state_path)
+                return
+            self.analyzer = restore(data["analyzer"])
+            self._saved = data
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: cannot use state file %s (%s); reading the log from its start", self.server,
+                        self.state_path, exc)
+            self.analyzer = LogAnalyzer()
+
+    def save_state(self, force: bool = False) -> None:
+        if not self.state_path or not (self._dirty or force):
+            return
+        with self.lock:
+            data = {"version": STATE_VERSION, "path": self.path, "fingerprint": self._fp, "fp_len": self._fp_len,
+                    "offset": self._safe[0], "line": self._safe[1], "inode": self._inode,
+                    "format": self._decoder.format if self._decoder else None,
+                    "analyzer": snapshot(self.analyzer), "saved_at": time.time()}
+            self._dirty = False
+        tmp = f"{self.state_path}.tmp.{os.getpid()}"
+        try:
+            os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_path)
+            self._last_save = time.monotonic()
+        except OSError as exc:
+            log.warning("%s: cannot write state file %s: %s", self.server, self.state_path, exc)
+
+    # -- following the file -------------------------------------------------------------------
+
+    def poll(self) -> int:
+        """Read what is new; returns the number of lines fed. Never raises for file trouble."""
+        self.health.last_poll = time.time()
+        fed = 0
+        try:
+            if self._fh is None and not self._open(first=True):
+                return 0
+            fed += self._check_rotation()
+            fed += self._drain()
+        except OSError as exc:
+            self.health.read_errors += 1
+            log.warning("%s: reading %s failed: %s", self.server, self.path, exc)
+            self._close()
+        if self._dirty and time.monotonic() - self._last_save >= 1.0:
+            self.save_state()
+        return fed
+
+    def close(self) -> None:
+        self.save_state(force=True)
+        self._close()
+
+    def _close(self) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+        self._fh = None
+
+    def _open(self, first: bool = False) -> bool:
+        try:
+            fh = open(self.path, "rb")
+        except FileNotFoundError:
+            if self.health.file_present:
+                log.info("%s: %s is gone; waiting for it to come back", self.server, self.path)
+            self.health.file_present = False
+            return False
+        except OSError as exc:
+            self.health.read_errors += 1
+            log.warning("%s: cannot open %s: %s", self.server, self.path, exc)
+            return False
+        st = os.fstat(fh.fileno())
+        head = fh.read(FINGERPRINT_BYTES)
+        self._fh, self._inode = fh, st.st_ino
+        self._fp, self._fp_len = _fingerprint(head), len(head)
+        self.health.file_present = True
+        self._buf, self._skipping, self._skipped = b"", False, 0
+        saved, self._saved = self._saved, None
+        start, line = 0, 0
+        fmt = None
+        if first and saved is not None:
+            n = int(saved.get("fp_len", 0))
+            if n and n <= len(head) and _fingerprint(head[:n]) == saved.get("fingerprint") and \
+                    int(saved["offset"]) <= st.st_size:
+                start, line, fmt = int(saved["offset"]), int(saved["line"]), saved.get("format")
+                log.info("%s: resuming %s at byte %d (line %d)", self.server, self.path, start, line)
+            else:
+                self._drain_rotated_sibling(saved)
+                log.info("%s: %s is not the file we left (rotated or replaced while stopped); reading it from "
+                         "the start", self.server, self.path)
+        self._offset, self._line_no = start, line
+        self._safe = (start, line)
+        fh.seek(start)
+        self._decoder = LineDecoder(fmt, self.max_line_bytes) if fmt else None
+        if self._decoder is None and self.format_setting != "auto":
+            self._decoder = LineDecoder(self.format_setting, self.max_line_bytes)
+        return True
+
+    def _drain_rotated_sibling(self, saved: dict) -> None:
+        """The file we were reading was rotated while we were stopped: finish it from `path.1`."""
+        sibling = self.path + ".1"
+        try:
+            with open(sibling, "rb") as fh:
+                n = int(saved.get("fp_len", 0))
+                head = fh.read(n)
+                if not n or _fingerprint(head) != saved.get("fingerprint"):
+                    return
+                fh.seek(int(saved["offset"]))
+                self._line_no = int(saved["line"])
+                self._decoder = LineDecoder(saved.get("format") or "plain", self.max_line_bytes)
+                log.info("%s: finishing the rotated %s from byte %s", self.server, sibling, saved["offset"])
+                self._consume_stream(fh, final=True)
+        except OSError:
+            return
+
+    def _check_rotation(self) -> int:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return 0  # renamed or deleted: keep reading the open file until a new one appears
+        fed = 0
+        if st.st_ino != self._inode:
+            fed += self._drain(final=True)  # the rest of the old file first
+            self.health.rotations += 1
+            log.info("%s: %s was rotated; following the new file", self.server, self.path)
+            self._close()
+            self._open()
+            return fed
+        if st.st_size < self._offset or self._replaced_in_place():
+            self.health.truncations += 1
+            self.health.bytes_skipped += max(0, self._last_size - self._offset)  # written, never read
+            log.info("%s: %s was truncated (copytruncate?); reading it again from the start", self.server, self.path)
+            self._close()
+            self._open()
+        return fed
+
+    def _replaced_in_place(self) -> bool:
+        """Same inode, but the first bytes changed: truncated and rewritten past our offset between polls."""
+        assert self._fh is not None
+        pos = self._fh.tell()
+        self._fh.seek(0)
+        head = self._fh.read(FINGERPRINT_BYTES)
+        self._fh.seek(pos)
+        if len(head) < self._fp_len:
+            return True
+        if _fingerprint(head[: self._fp_len]) != self._fp:
+            return True
+        if len(head) > self._fp_len:  # the file grew past the fingerprint: widen it
+            self._fp, self._fp_len = _fingerprint(head), len(head)
+        return False
+
+    def _drain(self, final: bool = False) -> int:
+        if self._fh is None:
+            return 0
+        return self._consume_stream(self._fh, final)
+
+    def _consume_stream(self, fh: BinaryIO, final: bool = False) -> int:
+        fed = 0
+        while True:
+            chunk = fh.read(READ_CHUNK)
+            if not chunk:
+                break
+            self.health.bytes_read += len(chunk)
+            self.health.last_read = time.time()
+            fed += self._feed_chunk(chunk)
+        if final and (self._buf or self._skipping):  # a last line with no newline, in a file that will not grow
+            fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped, self._skipping)])
+            self._buf, self._skipping, self._skipped = b"", False, 0
+        try:
+            self._last_size = os.fstat(fh.fileno()).st_size
+        except OSError:
+            pass
+        return fed
+
+    def _feed_chunk(self, chunk: bytes) -> int:
+        fed = 0
+        if self._skipping:  # inside a runaway line: drop bytes up to its newline
+            nl = chunk.find(b"\n")
+            if nl == -1:
+                self._skipped += len(chunk)
+                self.health.bytes_skipped += len(chunk)
+                return 0
+            self.health.bytes_skipped += nl
+            fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped + nl + 1, True)])
+            self._buf, self._skipping, self._skipped = b"", False, 0
+            chunk = chunk[nl + 1:]
+        data = self._buf + chunk if self._buf else chunk
+        last_nl = data.rfind(b"\n")
+        if last_nl == -1:
+            self._buf = data
+        else:
+            self._buf = data[last_nl + 1:]
+            lines = []
+            for raw in data[:last_nl].split(b"\n"):
+                cut = len(raw) > self.max_line_bytes
+                lines.append((raw[: self.max_line_bytes] if cut else raw, len(raw) + 1, cut))
+                if cut:
+                    self.health.bytes_skipped += len(raw) - self.max_line_bytes
+            fed += self._feed_lines(lines)
+        if len(self._buf) > self.max_line_bytes:  # a runaway line still without newline: keep its head only
+            self.health.bytes_skipped += len(self._buf) - self.max_line_bytes
+            self._skipped = len(self._buf) - self.max_line_bytes
+            self._buf = self._buf[: self.max_line_bytes]
+            self._skipping = True
+        return fed
+
+    def _feed_lines(self, lines: list[tuple[bytes, int, bool]]) -> int:
+        """Feed (bytes, bytes consumed from the file, cut) physical lines; advance the offsets."""
+        if self._decoder is None:
+            self._decoder = LineDecoder(detect_format(b"\n".join(raw for raw, _, _ in lines[:5])),
+                                        self.max_line_bytes)
+        dec = self._decoder
+        fed = 0
+        with self.lock:
+            for raw, consumed, cut in lines:
+                self._line_no += 1
+                self._offset += consumed
+                self.health.lines_cut += cut
+                line = dec.feed(raw, self._line_no, cut)
+                if line is not None:
+                    self.analyzer.feed(line)
+                    fed += 1
+                if not dec.pending:
+                    self._safe = (self._offset, self._line_no)
+            self.health.lines_read += fed
+            self._dirty = self._dirty or fed > 0
+        return fed

@@ -1,0 +1,63 @@
+"""The HTTP side: /metrics (text or OpenMetrics, as asked), a landing page, /healthz and /readyz."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from exporter import __version__
+
+if TYPE_CHECKING:
+    from exporter.daemon import Daemon
+
+DAEMON_KEY: web.AppKey["Daemon"] = web.AppKey("daemon")
+REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = encoder(request.app[REGISTRY_KEY])
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def landing(request: web.Request) -> web.Response:
+    d = request.app[DAEMON_KEY]
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.url)}</td>"
+        f"<td>{'up' if s.up else 'down'}</td><td>{html.escape(s.config.log.path) if s.config.log else '-'}</td></tr>"
+        for s in d.servers.values())
+    gpus = len(d.gpu.states) if d.gpu else 0
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vLLM Headroom</title></head>
+<body><h1>vLLM Headroom {__version__}</h1>
+<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
+<h2>Watching</h2><table border="1" cellpadding="4"><tr><th>server</th><th>metrics URL</th><th>last scrape</th>
+<th>log</th></tr>{rows}</table><p>GPUs: {gpus} ({html.escape(d.gpu.backend.name) if d.gpu else 'none'})</p>
+</body></html>"""
+    return web.Response(text=page, content_type="text/html")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    d = request.app[DAEMON_KEY]
+    if d.ready():
+        return web.Response(text="ready\n")
+    return web.Response(status=503, text="first collection not finished\n")
+
+
+def build_app(daemon: "Daemon", registry: CollectorRegistry) -> web.Application:
+    app = web.Application()
+    app[DAEMON_KEY] = daemon
+    app[REGISTRY_KEY] = registry
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/", landing)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.cleanup_ctx.append(daemon.lifecycle)
+    return app

@@ -1,0 +1,1 @@
+"""Scraping vLLM servers: fetching /metrics and normalizing names across vLLM versions."""

@@ -1,0 +1,80 @@
+"""vLLM's metric names across versions, normalized once here so nothing downstream sees the old ones.
+
+vLLM renamed `vllm:gpu_cache_usage_perc` to `vllm:kv_cache_usage_perc` and `vllm:gpu_prefix_cache_*` to
+`vllm:prefix_cache_*` (deprecated 0.9.2, hidden 0.11, removed 0.12.0), and replaced
+`vllm:time_per_output_token_seconds` with `vllm:inter_token_latency_seconds`. Servers in transition expose
+both: then the new name wins and the old samples are dropped, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from exporter.exposition import Sample
+
+# old base name -> new base name (base: without _total / _bucket / _sum / _count / _created)
+RENAMES = {
+    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
+    "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
+}
+_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "")
+
+# canonical wire name -> (our exported name, type). The daemon re-exports these with a `server` label.
+REEXPORT: dict[str, tuple[str, str]] = {
+    "vllm:num_requests_running": ("requests_running", "gauge"),
+    "vllm:num_requests_waiting": ("requests_waiting", "gauge"),
+    "vllm:num_preemptions_total": ("preemptions_total", "counter"),
+    "vllm:prompt_tokens_total": ("prompt_tokens_total", "counter"),
+    "vllm:generation_tokens_total": ("generation_tokens_total", "counter"),
+    "vllm:request_success_total": ("requests_finished_total", "counter"),
+    "vllm:prefix_cache_queries_total": ("prefix_cache_queries_tokens_total", "counter"),
+    "vllm:prefix_cache_hits_total": ("prefix_cache_hits_tokens_total", "counter"),
+    "vllm:external_prefix_cache_queries_total": ("external_prefix_cache_queries_tokens_total", "counter"),
+    "vllm:external_prefix_cache_hits_total": ("external_prefix_cache_hits_tokens_total", "counter"),
+}
+REEXPORT_HISTOGRAMS: dict[str, str] = {
+    "vllm:time_to_first_token_seconds": "time_to_first_token_seconds",
+    "vllm:request_queue_time_seconds": "request_queue_time_seconds",
+    "vllm:inter_token_latency_seconds": "inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds": "e2e_request_latency_seconds",
+}
+KV_USAGE = "vllm:kv_cache_usage_perc"
+CACHE_CONFIG = "vllm:cache_config_info"
+PREFIX_HIT_RATE_V0 = "vllm:gpu_prefix_cache_hit_rate"  # V0's gauge, 0..1
+PASS_LABELS = ("model_name", "engine", "finished_reason", "le")
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+
+def _split(name: str) -> tuple[str, str]:
+    for suffix in _SUFFIXES[:-1]:
+        if name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return name, ""
+
+
+def canonical(name: str) -> str:
+    """The current vLLM name for a wire name of any version."""
+    base, suffix = _split(name)
+    new = RENAMES.get(base)
+    return new + suffix if new else name
+
+
+def normalize(samples: list[Sample]) -> dict[str, list[Sample]]:
+    """Group vLLM samples by canonical name; where old and new names both appear, keep the new ones."""
+    out: dict[str, list[Sample]] = {}
+    renamed: dict[str, list[Sample]] = {}
+    for s in samples:
+        name = s.name
+        if not name.startswith("vllm:"):
+            continue
+        base, suffix = _split(name)
+        new = RENAMES.get(base)
+        if new is None:
+            out.setdefault(name, []).append(s)
+        else:
+            renamed.setdefault(new + suffix, []).append(Sample(new + suffix, s.labels, s.value, s.timestamp))
+    for name, group in renamed.items():
+        base = _split(name)[0]
+        if not any(_split(n)[0] == base for n in out):  # the new name is not there: the old one stands in
+            out[name] = group
+    return out

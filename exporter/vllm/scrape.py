@@ -1,0 +1,68 @@
+"""Fetching one vLLM server's /metrics: bounded in time and size, every failure given a fixed reason."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from exporter.exposition import Sample, parse
+from exporter.vllm.names import normalize
+
+# `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
+ERROR_REASONS = ("refused", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics", "other")
+ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+
+
+@dataclass
+class ScrapeResult:
+    ok: bool
+    reason: str | None = None  # one of ERROR_REASONS when not ok
+    detail: str = ""  # for the daemon's own log, never a label
+    duration_s: float = 0.0
+    size_bytes: int = 0
+    parse_errors: int = 0
+    series: dict[str, list[Sample]] = field(default_factory=dict)
+
+
+async def fetch_metrics(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int) -> ScrapeResult:
+    """GET the URL and parse it; never raises for a broken target."""
+    start = time.monotonic()
+    result = await _fetch(session, url, timeout_s, max_bytes)
+    result.duration_s = time.monotonic() - start
+    return result
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int) -> ScrapeResult:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(url, timeout=timeout, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
+            if resp.status != 200:
+                return ScrapeResult(False, "http_status", f"HTTP {resp.status}")
+            length = resp.content_length
+            if length is not None and length > max_bytes:
+                return ScrapeResult(False, "too_large", f"Content-Length {length} > {max_bytes}")
+            chunks, size = [], 0
+            async for chunk in resp.content.iter_chunked(256 * 1024):
+                size += len(chunk)
+                if size > max_bytes:
+                    return ScrapeResult(False, "too_large", f"body over {max_bytes} bytes")
+                chunks.append(chunk)
+    except asyncio.TimeoutError:
+        return ScrapeResult(False, "timeout", f"no complete answer within {timeout_s:g}s")
+    except aiohttp.ClientConnectorError as exc:
+        return ScrapeResult(False, "refused", str(exc.os_error or exc)[:200])
+    except (aiohttp.ClientError, OSError) as exc:
+        return ScrapeResult(False, "other", f"{type(exc).__name__}: {str(exc)[:200]}")
+    body = b"".join(chunks).decode("utf-8", errors="replace")
+    expo = parse(body)
+    if not expo.samples:
+        return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size,
+                            parse_errors=expo.errors)
+    series = normalize(expo.samples)
+    if not series:
+        return ScrapeResult(True, "no_vllm_metrics", "answered, but no vllm: series (--disable-log-stats?)",
+                            size_bytes=size, parse_errors=expo.errors)
+    return ScrapeResult(True, None, "", size_bytes=size, parse_errors=expo.errors, series=series)
