@@ -27,7 +27,7 @@ def evaluate(cfg: EnvironmentConfig, vendor: str | None, driver: dict[str, str],
     """Each check that can be judged from what is known; an unknown one is left out, not failed."""
     out: dict[str, bool] = {}
     dv = driver.get("driver_version")
-    if dv and vendor == "nvidia":
+    if dv and vendor in ("nvidia", "fake"):  # the fake backend stands in for NVIDIA GPUs
         out["driver_min_version"] = version_tuple(dv) >= version_tuple(cfg.min_driver_version)
     cv = driver.get("cuda_driver_version")
     if cv:

@@ -71,7 +71,8 @@ def parse(text: str) -> Exposition:
             if not line:
                 continue
         try:
-            brace = line.find("{")
+            space = line.find(" ")
+            brace = line.find("{", 0, space if space != -1 else len(line))  # not an exemplar's brace
             if brace == -1:
                 parts = line.split()
                 if len(parts) < 2:

@@ -28,6 +28,13 @@ READ_CHUNK = 1 << 20
 STATE_VERSION = 1
 
 
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def _fingerprint(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
 
@@ -167,8 +174,11 @@ class LogTailer:
         fmt = None
         if first and saved is not None:
             n = int(saved.get("fp_len", 0))
-            if n and n <= len(head) and _fingerprint(head[:n]) == saved.get("fingerprint") and \
-                    int(saved["offset"]) <= st.st_size:
+            same = n and n <= len(head) and _fingerprint(head[:n]) == saved.get("fingerprint")
+            # Same first bytes, but our old inode now lives at path.1: a rotation whose new file happens to
+            # start like the old one (checksums alone cannot tell them apart).
+            moved = saved.get("inode") not in (None, st.st_ino) and _inode(self.path + ".1") == saved["inode"]
+            if same and not moved and int(saved["offset"]) <= st.st_size:
                 start, line, fmt = int(saved["offset"]), int(saved["line"]), saved.get("format")
                 log.info("%s: resuming %s at byte %d (line %d)", self.server, self.path, start, line)
             else:

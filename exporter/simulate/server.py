@@ -1,0 +1,63 @@
+"""An HTTP stand-in for a vLLM server's /metrics, with switchable faults for tests and the demo."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from exporter.simulate.vllm_metrics import VllmMetrics
+
+FAULTS = ("ok", "http_500", "html", "garbage", "slow", "hang_mid_body", "huge")
+
+
+class VllmStandIn:
+    """Serves `metrics.render()` at /metrics like vLLM's API server; `fault` makes it misbehave."""
+
+    def __init__(self, metrics: VllmMetrics, fault: str = "ok", slow_s: float = 10.0,
+                 huge_bytes: int = 4 * 1024 * 1024) -> None:
+        self.metrics = metrics
+        self.fault = fault
+        self.slow_s = slow_s
+        self.huge_bytes = huge_bytes
+        self.requests = 0
+
+    async def handle_metrics(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        fault = self.fault
+        if fault == "http_500":
+            return web.Response(status=500, text="Internal Server Error")
+        if fault == "html":
+            return web.Response(text="<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html")
+        if fault == "garbage":
+            return web.Response(body=b"\x00\xff" * 500 + b"not metrics at all\n")
+        if fault == "slow":
+            await asyncio.sleep(self.slow_s)
+        body = self.metrics.render()
+        if fault == "huge":
+            body = body * (self.huge_bytes // max(len(body), 1) + 1)
+        if fault == "hang_mid_body":
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4"})
+            await resp.prepare(request)
+            await resp.write(body[: len(body) // 2])
+            await asyncio.sleep(self.slow_s)
+            return resp
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get("/health", self.handle_health)
+        return app
+
+
+async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+    """Start an app on loopback; returns the runner (for cleanup) and the port it got."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]

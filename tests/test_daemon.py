@@ -1,0 +1,215 @@
+"""The daemon end to end on loopback: real HTTP stand-ins of vLLM, the fake GPUs, real log files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import parse_config
+from exporter.daemon import Daemon
+from exporter.exposition import parse
+from exporter.gpu.fake import FakeGpuBackend
+from exporter.gpu.sampler import GpuSampler
+from exporter.server import build_app
+from exporter.simulate.server import VllmStandIn, start
+from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
+
+OOM = ("(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
+       "Tried to allocate 7.03 GiB. GPU 3 has a total capacity of 279.28 GiB of which 5.12 GiB is free.")
+STARTUP = [
+    "(APIServer pid=1) INFO 11-20 10:02:00 [api_server.py:1839] vLLM API server version 0.27.1",
+    "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1087] GPU KV cache size: 2,715,392 tokens",
+    "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1091] Maximum concurrency for 1,048,576 "
+    "tokens per request: 2.59x",
+    "(APIServer pid=1) INFO 11-20 10:09:40 [api_server.py:1912] Starting vLLM API server 0 on http://0.0.0.0:8000",
+]
+
+
+def values(text: str, name: str, **match) -> list[float]:
+    out = []
+    for s in parse(text).samples:
+        if s.name == name and all(s.label(k) == v for k, v in match.items()):
+            out.append(s.value)
+    return out
+
+
+class Rig:
+    """Two vLLM stand-ins (8 DP engines with new names; 1 engine with pre-0.10 names), 8 fake GPUs, logs."""
+
+    def __init__(self, tmp_path) -> None:
+        self.tmp = tmp_path
+        self.big = VllmMetrics(engines=8, model_name="kimi-k3")
+        self.old = VllmMetrics(engines=1, old_names=True, model_name="llama", kv_cache_size_tokens=None,
+                               num_gpu_blocks=28124, block_size=16, enable_prefix_caching=False)
+        self.standins = [VllmStandIn(self.big), VllmStandIn(self.old)]
+        self.log = tmp_path / "prefill-0.log"
+        self.log.write_text("\n".join(STARTUP) + "\n")
+        self.gpus = FakeGpuBackend(count=8, total_bytes=288 * 1024**3)
+
+    async def __aenter__(self):
+        self.runners = []
+        ports = []
+        for s in self.standins:
+            runner, port = await start(s.app())
+            self.runners.append(runner)
+            ports.append(port)
+        cfg = parse_config({
+            "state_dir": str(self.tmp / "state"),
+            "servers": [
+                {"name": "prefill-0", "url": f"http://127.0.0.1:{ports[0]}/metrics", "interval": 0.3,
+                 "timeout": 0.3, "log": str(self.log)},
+                {"name": "legacy", "url": f"http://127.0.0.1:{ports[1]}/metrics", "interval": 0.3, "timeout": 0.3,
+                 "max_response_bytes": "1MiB"},
+            ],
+            "gpu": {"backend": "none"},
+            "windows": {"prefix_cache_hit_ratio": "60s"},
+        }, "test")
+        self.daemon = Daemon(cfg)
+        self.daemon.gpu = GpuSampler(self.gpus, 0.02)
+        runner, self.port = await start(build_app(self.daemon, self.daemon.registry))
+        self.runners.append(runner)
+        self.session = aiohttp.ClientSession()
+        await self.wait_for(lambda t: values(t, "vllm_headroom_target_up") == [1.0, 1.0])
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.session.close()
+        for r in reversed(self.runners):
+            await r.cleanup()
+
+    async def metrics(self, accept: str | None = None) -> str:
+        headers = {"Accept": accept} if accept else {}
+        async with self.session.get(f"http://127.0.0.1:{self.port}/metrics", headers=headers) as r:
+            assert r.status == 200
+            return await r.text()
+
+    async def wait_for(self, cond, timeout: float = 5.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = await self.metrics()
+            if cond(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met; last /metrics:\n" + text[-3000:])
+            await asyncio.sleep(0.05)
+
+
+def test_two_servers_eight_gpus_end_to_end(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            for e in range(8):
+                rig.big.set_load(e, EngineLoad(running=10, waiting=e, kv_usage=0.1 * e))
+                rig.big.serve_requests(e, 10, prompt_tokens=10_000, cached_tokens=2_500 * (e % 2 + 1),
+                                       output_tokens=100)
+            rig.old.set_load(0, EngineLoad(running=3, waiting=0, kv_usage=0.75))
+            rig.old.serve_requests(0, 4, prompt_tokens=1000, cached_tokens=900, output_tokens=10)
+            rig.gpus.set_used(5, 200 * 1024**3)
+            text = await rig.wait_for(lambda t: values(t, "vllm_headroom_prefix_cache_hit_ratio", server="legacy")
+                                      and values(t, "vllm_headroom_prefix_cache_hit_ratio", server="prefill-0"))
+            # the whole answer is valid exposition for Prometheus's own parser
+            assert list(text_string_to_metric_families(text))
+            kv = {s.label("engine"): s.value for s in parse(text).samples
+                  if s.name == "vllm_headroom_kv_cache_usage_ratio" and s.label("server") == "prefill-0"}
+            assert kv == {str(e): 0.1 * e for e in range(8)}
+            assert values(text, "vllm_headroom_kv_cache_headroom_ratio", server="legacy") == [0.25]
+            # hits/queries summed over engines: (4 x 2500 + 4 x 5000) x 10 / (8 x 10000 x 10)
+            assert values(text, "vllm_headroom_prefix_cache_hit_ratio", server="prefill-0") == [0.375]
+            assert values(text, "vllm_headroom_prefix_cache_hit_ratio", server="legacy") == [0.9]
+            assert values(text, "vllm_headroom_kv_cache_capacity_tokens", server="prefill-0") == [2715392]
+            assert values(text, "vllm_headroom_kv_cache_capacity_tokens", server="legacy") == [28124 * 16]
+            assert values(text, "vllm_headroom_kv_cache_capacity_mismatch", server="prefill-0") == [0]
+            assert values(text, "vllm_headroom_max_concurrency", server="prefill-0") == [2.59]
+            assert values(text, "vllm_headroom_prefix_cache_enabled", server="legacy") == [0]
+            assert values(text, "vllm_headroom_engine_ready", server="prefill-0") == [1]
+            assert values(text, "vllm_headroom_engine_stage", server="legacy", stage="ready") == [1]
+            assert len(values(text, "vllm_headroom_requests_waiting", server="prefill-0")) == 8
+            assert values(text, "vllm_headroom_requests_running", server="legacy") == [3]
+            assert values(text, "vllm_headroom_prefix_cache_hits_tokens_total", server="legacy") == [3600]
+            assert values(text, "vllm_headroom_time_to_first_token_seconds_count", server="legacy") == [4]
+            assert len(values(text, "vllm_headroom_gpu_memory_total_bytes")) == 8
+            assert values(text, "vllm_headroom_gpu_memory_used_bytes", gpu="5") == [200 * 1024**3]
+            assert values(text, "vllm_headroom_vllm_info", server="prefill-0", version="0.27.1") == [1]
+            checks = {s.label("check"): s.value for s in parse(text).samples
+                      if s.name == "vllm_headroom_environment_check"}
+            assert checks["driver_min_version"] == 1
+            assert checks["cuda_driver_major"] == 1 and checks["gpu_count"] == 1 and checks["vllm_min_version"] == 1
+            assert checks["gpu_model_supported"] == 1
+            (tmp_path / "metrics.txt").write_text(text)  # kept for the closing note
+
+    asyncio.run(main())
+
+
+def test_oom_line_reaches_the_counter_within_a_second(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            await rig.wait_for(lambda t: values(t, "vllm_headroom_engine_ready", server="prefill-0") == [1])
+            with open(rig.log, "a") as f:
+                f.write("(EngineCore_DP0 pid=212) ERROR 11-20 10:10:07 [dump_input.py:79] Dumping scheduler output "
+                        "for model execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=a,"
+                        "prompt_token_ids_len=180224)], num_scheduled_tokens={a: 16384})\n" + OOM + "\n")
+            start_t = time.monotonic()
+            await rig.wait_for(lambda t: values(t, "vllm_headroom_oom_events_total", server="prefill-0",
+                                                stage="prefill", phase="runtime") == [1], timeout=1.0)
+            assert time.monotonic() - start_t < 1.0
+            text = await rig.metrics()
+            assert sum(values(text, "vllm_headroom_oom_events_total", server="prefill-0")) == 1
+
+    asyncio.run(main())
+
+
+def test_a_spike_between_scrapes_shows_in_the_peak(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            await rig.metrics()  # start a fresh peak window
+            rig.gpus.set_used(2, 280 * 1024**3)
+            await asyncio.sleep(0.15)
+            rig.gpus.set_used(2, 100 * 1024**3)
+            await asyncio.sleep(0.15)
+            text = await rig.metrics()
+            assert values(text, "vllm_headroom_gpu_memory_peak_used_bytes", gpu="2") == [280 * 1024**3]
+            assert values(text, "vllm_headroom_gpu_memory_used_bytes", gpu="2") == [100 * 1024**3]
+            head = values(text, "vllm_headroom_gpu_memory_headroom_ratio", gpu="2")[0]
+            assert abs(head - 8 / 288) < 1e-9
+
+    asyncio.run(main())
+
+
+def test_broken_targets_are_reported_and_the_rest_keeps_flowing(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            for fault, reason in (("http_500", "http_status"), ("slow", "timeout"), ("hang_mid_body", "timeout"),
+                                  ("huge", "too_large"), ("html", "unparsable"), ("garbage", "unparsable")):
+                rig.standins[1].fault = fault
+                text = await rig.wait_for(lambda t: values(t, "vllm_headroom_target_up", server="legacy") == [0]
+                                          and values(t, "vllm_headroom_scrape_errors_total", server="legacy",
+                                                     reason=reason)[0] > 0)
+                assert values(text, "vllm_headroom_target_up", server="prefill-0") == [1], fault
+                assert not values(text, "vllm_headroom_kv_cache_usage_ratio", server="legacy"), fault
+                rig.standins[1].fault = "ok"
+                await rig.wait_for(lambda t: values(t, "vllm_headroom_target_up", server="legacy") == [1])
+
+    asyncio.run(main())
+
+
+def test_http_endpoints_and_openmetrics(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            base = f"http://127.0.0.1:{rig.port}"
+            async with rig.session.get(base + "/healthz") as r:
+                assert r.status == 200
+            async with rig.session.get(base + "/readyz") as r:
+                assert r.status == 200
+            async with rig.session.get(base + "/") as r:
+                page = await r.text()
+                assert "prefill-0" in page and "/metrics" in page
+            async with rig.session.get(base + "/metrics",
+                                       headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+                assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+                body = await r.text()
+                assert body.rstrip().endswith("# EOF")
+                assert values(body, "vllm_headroom_target_up", server="prefill-0") == [1]
+
+    asyncio.run(main())

@@ -1,0 +1,166 @@
+"""GPU backends and the sampler: NVML through its real bindings, amdsmi and sysfs, the fake, peaks, faults."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+
+from exporter.gpu.amd import AmdSmiBackend, SysfsAmdBackend
+from exporter.gpu.base import GpuUnavailable, open_backend
+from exporter.gpu.fake import FakeGpuBackend
+from exporter.gpu.sampler import GpuSampler
+from tests import nvml_standin
+
+
+@pytest.fixture
+def nvml():
+    lib = nvml_standin.FakeNvmlLib()
+    nvml_standin.install(lib)
+    yield lib
+    nvml_standin.uninstall()
+
+
+def test_nvml_adapter_through_the_real_bindings(nvml):
+    from exporter.gpu.nvml import NvmlBackend
+
+    b = NvmlBackend()
+    devs = b.devices()
+    assert [d.index for d in devs] == [str(i) for i in range(8)]
+    assert devs[3].model == "NVIDIA GB300" and devs[3].uuid.startswith("GPU-00000003-")
+    nvml.used[3] = 200 * 1024**3
+    m = b.read_memory("3")
+    assert m.used_bytes == 200 * 1024**3 and m.total_bytes == 288 * 1024**3 and m.reserved_bytes == 512 << 20
+    assert b.processes("0") == [(4242, 1 << 30), (4243, 2 << 30)] and b.processes("1") == []
+    assert b.driver() == {"driver_version": "580.65.06", "cuda_driver_version": "13.0"}
+    assert "nvmlDeviceGetMemoryInfo_v2" in nvml.calls
+
+
+def test_nvml_v1_fallback_and_lost_gpu(nvml):
+    from exporter.gpu.base import GpuError
+    from exporter.gpu.nvml import NvmlBackend
+
+    nvml.v2 = False
+    b = NvmlBackend()
+    m = b.read_memory("0")
+    assert m.reserved_bytes is None and m.used_bytes == nvml.used[0]
+    nvml.errors[2] = nvml_standin.GPU_IS_LOST
+    with pytest.raises(GpuError) as err:
+        b.read_memory("2")
+    assert err.value.lost
+    nvml.errors[2] = nvml_standin.UNKNOWN
+    with pytest.raises(GpuError) as err:
+        b.read_memory("2")
+    assert not err.value.lost
+
+
+def test_nvml_mig_instances(nvml):
+    from exporter.gpu.nvml import NvmlBackend
+
+    nvml.mig_gpu = 0
+    b = NvmlBackend()
+    indexes = [d.index for d in b.devices()]
+    assert indexes[:2] == ["0", "0.0"] and "0.1" not in indexes
+    assert b.devices()[1].model.endswith("MIG")
+
+
+def test_no_driver_is_unavailable_not_a_crash():
+    nvml_standin.uninstall()
+    from exporter.gpu.nvml import NvmlBackend
+
+    with pytest.raises(GpuUnavailable, match="NVML"):
+        NvmlBackend()
+    assert open_backend("auto") is None or open_backend("auto").name in ("nvml", "amdsmi", "sysfs")
+
+
+def test_amdsmi_adapter_with_a_fake_module():
+    class Smi:
+        AmdSmiMemoryType = types.SimpleNamespace(VRAM="VRAM")
+
+        def amdsmi_init(self): pass
+        def amdsmi_shut_down(self): pass
+        def amdsmi_get_processor_handles(self): return ["h0", "h1"]
+        def amdsmi_get_gpu_asic_info(self, h): return {"market_name": "AMD Instinct MI355X"}
+        def amdsmi_get_gpu_device_uuid(self, h): return f"uuid-{h}"
+        def amdsmi_get_gpu_memory_total(self, h, t): return 288 * 1024**3
+        def amdsmi_get_gpu_memory_usage(self, h, t): return "N/A" if h == "h1" else 100 * 1024**3
+        def amdsmi_get_gpu_driver_info(self, h): return {"driver_version": "6.12.12"}
+
+    b = AmdSmiBackend(Smi())
+    assert [d.model for d in b.devices()] == ["AMD Instinct MI355X"] * 2
+    assert b.read_memory("0").used_bytes == 100 * 1024**3
+    from exporter.gpu.base import GpuError
+
+    with pytest.raises(GpuError, match="N/A"):
+        b.read_memory("1")
+    assert b.driver() == {"driver_version": "6.12.12"}
+
+
+def test_amdsmi_import_without_rocm_prints_nothing(capsys):
+    from exporter.gpu.amd import _import_amdsmi
+
+    try:
+        _import_amdsmi()
+    except GpuUnavailable:
+        pass
+    assert capsys.readouterr().out == ""
+
+
+def test_sysfs_reader_on_a_fake_tree(tmp_path):
+    for n, vendor in ((0, "0x1002"), (1, "0x10de"), (2, "0x1002")):
+        dev = tmp_path / f"card{n}" / "device"
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text(vendor + "\n")
+        (dev / "mem_info_vram_total").write_text(str(288 * 1024**3))
+        (dev / "mem_info_vram_used").write_text(str((n + 1) * 1024**3))
+        (dev / "product_name").write_text("AMD Instinct MI355X\n")
+    (tmp_path / "card0-DP-1").mkdir()
+    b = SysfsAmdBackend(str(tmp_path))
+    assert [d.index for d in b.devices()] == ["0", "1"]  # the NVIDIA card is skipped
+    assert b.read_memory("1").used_bytes == 3 * 1024**3
+    (tmp_path / "card2" / "device" / "mem_info_vram_used").unlink()
+    from exporter.gpu.base import GpuError
+
+    with pytest.raises(GpuError):
+        b.read_memory("1")
+    with pytest.raises(GpuUnavailable):
+        SysfsAmdBackend(str(tmp_path / "empty"))
+
+
+def test_sampler_sees_a_spike_between_scrapes():
+    fake = FakeGpuBackend(count=2, total_bytes=100)
+    s = GpuSampler(fake, interval_s=0.01)
+    fake.set_used(0, 40)
+    s.sample_once()
+    fake.set_used(0, 95)  # a prefill spike, gone before the next scrape
+    s.sample_once()
+    fake.set_used(0, 41)
+    s.sample_once()
+    snap = {st.info.index: st for st in s.collect()}
+    assert snap["0"].peak == 95 and snap["0"].used == 41
+    again = {st.info.index: st for st in s.collect()}
+    assert again["0"].peak == 41  # the peak window restarts at each scrape
+
+
+def test_sampler_thread_runs_at_its_interval_and_survives_faults():
+    fake = FakeGpuBackend(count=3, total_bytes=100)
+    s = GpuSampler(fake, interval_s=0.01)
+    s.start()
+    try:
+        time.sleep(0.3)
+        fake.fail(1, lost=True)
+        time.sleep(0.3)
+        snap = {st.info.index: st for st in s.collect()}
+        assert not snap["1"].up and snap["1"].lost >= 1 and snap["1"].errors >= 1
+        assert snap["0"].up and snap["2"].up and snap["0"].samples > 10
+        errors_then = snap["1"].errors
+        time.sleep(0.3)
+        assert {st.info.index: st for st in s.collect()}["1"].errors - errors_then <= 2  # backing off, not spinning
+        fake.recover(1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not {st.info.index: st for st in s.collect()}["1"].up:
+            time.sleep(0.05)
+        assert {st.info.index: st for st in s.collect()}["1"].up
+    finally:
+        s.stop()

@@ -1,0 +1,148 @@
+"""The tailer on real files: growth, rotation by rename and copytruncate, restarts, partial lines."""
+
+from __future__ import annotations
+
+import os
+
+from exporter.config import LogSource
+from exporter.logs.tailer import LogTailer
+
+OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried"
+STATS = ("(APIServer pid=1) INFO 08-16 12:01:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+         "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%")
+START = "(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1"
+READY = "(APIServer pid=1) INFO:     Application startup complete."
+
+
+def append(path, *lines):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def tailer(tmp_path, path, fmt="auto"):
+    return LogTailer("s", LogSource(str(path), fmt), str(tmp_path / "state"))
+
+
+def ooms(t):
+    return t.analyzer.counts["oom"]
+
+
+def test_follows_growth_and_waits_for_complete_lines(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY)
+    t = tailer(tmp_path, p)
+    assert t.poll() == 2
+    with open(p, "a") as f:
+        f.write(OOM[:30])  # half a line: not analysed yet
+    assert t.poll() == 0 and ooms(t) == 0
+    with open(p, "a") as f:
+        f.write(OOM[30:] + "\n")
+    assert t.poll() == 1 and ooms(t) == 1
+
+
+def test_missing_file_then_created(tmp_path):
+    p = tmp_path / "later.log"
+    t = tailer(tmp_path, p)
+    assert t.poll() == 0 and not t.health.file_present
+    append(p, START, OOM)
+    assert t.poll() == 2 and ooms(t) == 1 and t.health.file_present
+
+
+def test_rename_rotation_drains_the_old_file_first(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    append(p, OOM)  # written just before the rotation, not yet read
+    os.rename(p, str(p) + ".1")
+    append(p, START, READY, STATS, OOM)
+    t.poll()
+    assert ooms(t) == 2 and t.health.rotations == 1
+
+
+def test_copytruncate_rereads_from_the_start(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS, STATS, STATS, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    with open(p, "w"):
+        pass  # truncated in place
+    append(p, START, OOM)
+    t.poll()
+    assert ooms(t) == 1 and t.health.truncations == 1
+
+
+def test_truncated_and_regrown_past_the_offset_is_noticed(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY)
+    t = tailer(tmp_path, p)
+    t.poll()
+    with open(p, "w") as f:  # truncated and rewritten between two polls, longer than before
+        f.write("(APIServer pid=9) INFO 09-01 00:00:00 [api_server.py:1] vLLM API server version 0.28.0\n")
+        f.write(OOM + "\n")
+    t.poll()
+    assert ooms(t) == 1 and t.health.truncations == 1
+
+
+def test_restart_resumes_at_the_saved_offset_without_double_counting(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS, OOM)
+    t = tailer(tmp_path, p)
+    t.poll()
+    t.close()
+    append(p, STATS, OOM)  # written while the daemon was down
+    t2 = tailer(tmp_path, p)
+    t2.poll()
+    assert ooms(t2) == 2
+    assert t2.analyzer.epoch.ready  # the stage machine's state came back too
+
+
+def test_restart_after_rotation_while_down_finishes_the_old_file(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    t.close()
+    append(p, OOM)
+    os.rename(p, str(p) + ".1")
+    append(p, START, READY, STATS, OOM)
+    t2 = tailer(tmp_path, p)
+    t2.poll()
+    assert ooms(t2) == 2
+
+
+def test_damaged_state_file_is_reported_and_ignored(tmp_path, caplog):
+    p = tmp_path / "v.log"
+    append(p, START, OOM)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "s.tail.json").write_text("{not json")
+    t = tailer(tmp_path, p)
+    t.poll()
+    assert ooms(t) == 1
+    assert "cannot use state file" in caplog.text
+
+
+def test_cri_partial_lines_across_polls_and_restart(tmp_path):
+    p = tmp_path / "c.log"
+    stamp = "2026-08-16T12:00:01.000000001Z stderr"
+    append(p, f"{stamp} F {START}", f"{stamp} P {OOM[:40]}")
+    t = tailer(tmp_path, p)
+    t.poll()
+    t.close()  # persisted at the start of the pending partial line
+    append(p, f"{stamp} F {OOM[40:]}")
+    t2 = tailer(tmp_path, p)
+    t2.poll()
+    assert ooms(t2) == 1
+    assert t2.analyzer.events[-1].evidence.startswith("torch.OutOfMemoryError")
+
+
+def test_runaway_line_is_cut_and_counted(tmp_path):
+    p = tmp_path / "v.log"
+    t = LogTailer("s", LogSource(str(p)), None, max_line_bytes=1000)
+    with open(p, "w") as f:
+        f.write(START + "\n" + "x" * 5_000_000)
+    t.poll()
+    with open(p, "a") as f:
+        f.write("y" * 1000 + "\n" + OOM + "\n")
+    t.poll()
+    assert ooms(t) == 1 and t.health.bytes_skipped >= 5_000_000 and t.health.lines_cut == 1
