@@ -53,6 +53,18 @@ def _fmt(value: Any, prefix: str = "=") -> str:
     return f"{prefix}{value}"
 
 
+def _capacity(facts: dict[str, Any]) -> str:
+    parts = []
+    if facts.get("kv_cache_tokens"):
+        parts.append(f"{facts['kv_cache_tokens']} tokens")
+    if facts.get("estimated_max_model_len"):
+        parts.append(f"vLLM estimates that max_model_len={facts['estimated_max_model_len']} would fit")
+    if facts.get("kv_cache_needed_gib") and facts.get("kv_cache_memory_gib") is not None:
+        parts.append(f"one request needs {facts['kv_cache_needed_gib']:g} GiB, {facts['kv_cache_memory_gib']:g} GiB "
+                     f"is there")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: dict[str, int]) -> str:
     """The recommendation for one log, from its first memory failure (or its absence)."""
     if first_oom is None:
@@ -75,7 +87,7 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
         detail = _LOADING_DETAIL.get(stage, _LOADING_DETAIL["loading_unknown"]).format(
             gmu=_fmt(facts.get("gpu_memory_utilization")),
             mml=_fmt(facts.get("max_model_len")),
-            cap=_fmt(facts.get("kv_cache_tokens"), " (") + (" tokens)" if facts.get("kv_cache_tokens") else ""),
+            cap=_capacity(facts),
         )
         return (f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
                 f"here. Check first the image (vLLM{_fmt(facts.get('vllm_version'), ' ')}, a CUDA 13 build for "

@@ -173,6 +173,10 @@ PROFILE_SPLIT_V0 = {
     "activation_peak_gib": re.compile(r"PyTorch activation peak memory takes " + NUM + r" ?GiB"),
     "kv_cache_memory_gib": re.compile(r"reserved for KV Cache is " + NUM + r" ?GiB"),
 }
+KV_NEEDED = re.compile(r"\(?" + NUM + r" ?GiB KV cache is needed, which is larger than the available KV cache memory "
+                       r"\(" + NUM + r" ?GiB\)")
+KV_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
+KV_V0_TOKENS = re.compile(r"that can be stored in KV cache \((\d+)\)")
 KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
 KV_TOKENS = re.compile(r"KV cache size: " + NUM + r" tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for " + NUM + r" tokens per request: " + NUM + r"x")

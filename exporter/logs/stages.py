@@ -234,6 +234,8 @@ class LogAnalyzer:
     def _oom(self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str) -> list[Event]:
         stage = self._classify(rec, hint)
         ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(rec.message), rec.process, cause)
+        if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
+            self._kv_facts(rec.message)
         out = self._emit(ev)
         if out:
             self.oom_counts[(stage, ev.phase)] += 1
@@ -243,6 +245,20 @@ class LogAnalyzer:
             if ev.phase == "loading":
                 self.epoch.crashed = True  # a failed startup never serves
         return out
+
+    def _kv_facts(self, msg: str) -> None:
+        """What vLLM's own KV-cache error states: what one request needs, what is there, what would fit."""
+        facts = self.epoch.facts
+        m = P.KV_NEEDED.search(msg)
+        if m:
+            facts["kv_cache_needed_gib"] = P.number(m.group(1))
+            facts["kv_cache_memory_gib"] = P.number(m.group(2))
+        m = P.KV_ESTIMATED_LEN.search(msg)
+        if m:
+            facts["estimated_max_model_len"] = int(m.group(1))
+        m = P.KV_V0_TOKENS.search(msg)
+        if m:
+            facts.setdefault("kv_cache_tokens", int(m.group(1)))
 
     def _event(self, rec: Record, line: LogLine, when: str | None, kind: str) -> list[Event]:
         ev = Event(line.number, when, kind, evidence=_evidence(rec.message), process=rec.process)
