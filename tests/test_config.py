@@ -104,3 +104,10 @@ def test_top_level_must_be_a_mapping():
     with pytest.raises(ConfigError) as err:
         parse_config(["servers"], "c.yaml")
     assert "c.yaml: <top>: expected a mapping" in str(err.value)
+
+
+def test_shipped_example_config_is_valid():
+    from pathlib import Path
+
+    cfg = load_config(str(Path(__file__).parent.parent / "deploy" / "headroom.example.yaml"))
+    assert [s.name for s in cfg.servers] == ["prefill-0", "decode-0"] and cfg.gpu.backend == "auto"
