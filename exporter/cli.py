@@ -63,7 +63,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.listen_address:
         from dataclasses import replace
 
-        cfg = replace(cfg, listen_address=args.listen_address)
+        from exporter.config import check_listen_address
+
+        address = args.listen_address
+        try:
+            cfg = replace(cfg, listen_address=check_listen_address(address))
+        except ValueError as exc:
+            print(f"vllm-headroom serve: --web.listen-address {address!r}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         from exporter.daemon import run
     except ImportError as exc:  # the daemon's own dependencies are missing

@@ -153,6 +153,11 @@ def _listen(v: Any) -> str:
     return v
 
 
+def check_listen_address(v: Any) -> str:
+    """host:port for the listener (`:9478` means all interfaces)."""
+    return _listen(v)
+
+
 def _name(v: Any) -> str:
     if not isinstance(v, str) or not _NAME.match(v):
         raise ValueError("expected a short name of letters, digits, '.', '_', ':' or '-' (at most 64)")

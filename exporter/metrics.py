@@ -119,7 +119,8 @@ class HeadroomCollector:
                 h = t.health
                 snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.read_errors,
                         h.file_present, h.last_read)
-            ready.add_metric([st.name], 1 if current == "ready" else 0)
+            # the log's word, unless the server stopped answering (a kill the log never saw, e.g. the kernel's)
+            ready.add_metric([st.name], 1 if current == "ready" and (st.up or not st.scrapes) else 0)
             for s in ENGINE_STAGES:
                 stage.add_metric([st.name, s], 1 if s == current else 0)
             for s in LOADING_STAGES:

@@ -213,3 +213,15 @@ def test_http_endpoints_and_openmetrics(tmp_path):
                 assert values(body, "vllm_headroom_target_up", server="prefill-0") == [1]
 
     asyncio.run(main())
+
+
+def test_engine_ready_drops_when_the_server_stops_answering(tmp_path):
+    async def main():
+        async with Rig(tmp_path) as rig:
+            await rig.wait_for(lambda t: values(t, "vllm_headroom_engine_ready", server="prefill-0") == [1])
+            rig.standins[0].fault = "http_500"  # killed without a word in its log (the kernel's OOM killer)
+            text = await rig.wait_for(lambda t: values(t, "vllm_headroom_engine_ready", server="prefill-0") == [0])
+            assert values(text, "vllm_headroom_engine_stage", server="prefill-0", stage="ready") == [1]
+            assert values(text, "vllm_headroom_target_up", server="prefill-0") == [0]
+
+    asyncio.run(main())
