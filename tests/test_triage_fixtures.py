@@ -50,28 +50,20 @@ def test_plain(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("piece", [0, 37])
-def test_cri(name, piece):
+@pytest.mark.parametrize("fmt,wrap,piece", [("cri", wrap_cri, 0), ("cri", wrap_cri, 37), ("docker", wrap_docker, 0),
+                                            ("docker", wrap_docker, 50)])
+def test_wrapped(name, fmt, wrap, piece):
+    """The same log in a container runtime's wrapping, long lines split into partials: the same report."""
     plain = triage_stream(name, io.BytesIO(fixture_text(name).encode()))
-    report = triage_stream(name, io.BytesIO(wrap_cri(fixture_text(name), piece)))
-    assert report["format"] == "cri"
+    report = triage_stream(name, io.BytesIO(wrap(fixture_text(name), piece)))
+    assert report["format"] == fmt
     _check(report, expectations(name), name)
     assert report["facts"] == plain["facts"]
+    assert report["event_counts"] == plain["event_counts"]
     if plain["first_oom"]:
         assert report["first_oom"]["stage"] == plain["first_oom"]["stage"]
         assert report["first_oom"]["evidence"] == plain["first_oom"]["evidence"]
         assert report["first_oom"]["time"].startswith("2026-11-20T")  # the runtime's full timestamp wins
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("piece", [0, 50])
-def test_docker(name, piece):
-    plain = triage_stream(name, io.BytesIO(fixture_text(name).encode()))
-    report = triage_stream(name, io.BytesIO(wrap_docker(fixture_text(name), piece)))
-    assert report["format"] == "docker"
-    _check(report, expectations(name), name)
-    assert report["facts"] == plain["facts"]
-    assert report["event_counts"] == plain["event_counts"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -155,7 +155,7 @@ class LogAnalyzer:
                     new += self._marker(line, when, what)
                     break
         if P.FACT_HINT.search(msg):
-            self._facts(msg, when)
+            self._facts(msg)
         if "throughput" in msg:
             m = P.STATS_LINE.search(msg)
             if m:
@@ -365,7 +365,7 @@ class LogAnalyzer:
         self._note_stage(stage, line, when)
         return []
 
-    def _facts(self, msg: str, when: str | None) -> None:
+    def _facts(self, msg: str) -> None:
         ep = self.epoch
         facts, startup = ep.facts, ep.startup
         m = P.VERSION.search(msg)
@@ -378,65 +378,56 @@ class LogAnalyzer:
                 f = pattern.search(cfg)
                 if f:
                     facts.setdefault(name, _value(f.group(1)))
-        m = P.NON_DEFAULT_ARGS.search(msg)
-        if m:
-            for name, raw in P.ARG_PAIR.findall(m.group("body")):
-                if name in P.ARG_FACTS:
-                    facts[name] = _value(raw.strip())
-        m = P.NAMESPACE_ARGS.search(msg)
-        if m:
-            for name, raw in P.NAMESPACE_PAIR.findall(m.group("body")):
-                if name in P.ARG_FACTS:
-                    facts[name] = _value(raw.strip())
-        m = P.START_LOAD.search(msg)
-        if m:
-            facts.setdefault("model", m.group(1))
-        m = P.MODEL_LOADING.search(msg)
-        if m:
-            facts["model_loading_gib"] = P.number(m.group(1))
-            startup["weight_loading_s"] = P.number(m.group(2))
-        m = P.MODEL_LOADING_V0.search(msg)
-        if m:
-            facts["model_loading_gib"] = P.number(m.group(1))
-        m = P.LOADING_WEIGHTS.search(msg)
-        if m:
-            startup.setdefault("weight_loading_s", P.number(m.group(1)))
-        m = P.TORCH_COMPILE.search(msg)
-        if m:
-            startup["torch_compile_s"] = P.number(m.group(1))
-        m = P.PROFILE_TIME.search(msg)
-        if m:
-            startup["memory_profiling_s"] = P.number(m.group(1))
+        for args, pair in ((P.NON_DEFAULT_ARGS, P.ARG_PAIR), (P.NAMESPACE_ARGS, P.NAMESPACE_PAIR)):
+            m = args.search(msg)
+            if m:
+                for name, raw in pair.findall(m.group("body")):
+                    if name in P.ARG_FACTS:
+                        facts[name] = _value(raw.strip())
+        for pattern, fields in _SIMPLE_FACTS:
+            m = pattern.search(msg)
+            if m is None:
+                continue
+            for group, where, key, convert, keep_first in fields:
+                raw = m.group(group)
+                if raw is None:
+                    continue
+                target = facts if where == "facts" else startup
+                if keep_first and key in target:
+                    continue
+                target[key] = convert(raw)
+                if key in _SIZES_THE_CACHE:
+                    ep.kv_sized = True
         if "GiB" in msg:
             for split in (P.PROFILE_SPLIT, P.PROFILE_SPLIT_V0):
                 for name, pattern in split.items():
                     f = pattern.search(msg)
                     if f:
                         facts[name] = P.number(f.group(1))
-        m = P.KV_MEMORY.search(msg)
-        if m:
-            facts["kv_cache_memory_gib"] = P.number(m.group(1))
-        m = P.KV_TOKENS.search(msg)
-        if m:
-            facts["kv_cache_tokens"] = int(P.number(m.group(1)))
-            ep.kv_sized = True
-        m = P.MAX_CONCURRENCY.search(msg)
-        if m:
-            facts.setdefault("max_model_len", int(P.number(m.group(1))))
-            facts["max_concurrency"] = P.number(m.group(2))
-            ep.kv_sized = True
-        m = P.GPU_BLOCKS.search(msg)
-        if m:
-            facts["gpu_blocks"] = int(m.group(1))
-            ep.kv_sized = True
-        m = P.GRAPH_CAPTURE.search(msg)
-        if m:
-            startup["graph_capture_s"] = P.number(m.group(1))
-            if m.group(2):
-                facts["graph_memory_gib"] = P.number(m.group(2))
-        m = P.ENGINE_INIT.search(msg)
-        if m:
-            startup["engine_init_s"] = P.number(m.group(1))
+
+
+def _int(text: str) -> int:
+    return int(P.number(text))
+
+
+# (pattern, ((group, "facts"|"startup", key, convert, keep the first value), ...)): one line, one or more facts.
+_SIMPLE_FACTS = [
+    (P.START_LOAD, ((1, "facts", "model", str, True),)),
+    (P.MODEL_LOADING, ((1, "facts", "model_loading_gib", P.number, False),
+                       (2, "startup", "weight_loading_s", P.number, False))),
+    (P.MODEL_LOADING_V0, ((1, "facts", "model_loading_gib", P.number, False),)),
+    (P.LOADING_WEIGHTS, ((1, "startup", "weight_loading_s", P.number, True),)),
+    (P.TORCH_COMPILE, ((1, "startup", "torch_compile_s", P.number, False),)),
+    (P.PROFILE_TIME, ((1, "startup", "memory_profiling_s", P.number, False),)),
+    (P.KV_MEMORY, ((1, "facts", "kv_cache_memory_gib", P.number, False),)),
+    (P.KV_TOKENS, ((1, "facts", "kv_cache_tokens", _int, False),)),
+    (P.MAX_CONCURRENCY, ((1, "facts", "max_model_len", _int, True), (2, "facts", "max_concurrency", P.number, False))),
+    (P.GPU_BLOCKS, ((1, "facts", "gpu_blocks", int, False),)),
+    (P.GRAPH_CAPTURE, ((1, "startup", "graph_capture_s", P.number, False),
+                       (2, "facts", "graph_memory_gib", P.number, False))),
+    (P.ENGINE_INIT, ((1, "startup", "engine_init_s", P.number, False),)),
+]
+_SIZES_THE_CACHE = frozenset({"kv_cache_tokens", "max_concurrency", "gpu_blocks"})  # the cache is sized by now
 
 
 def _evidence(message: str) -> str:
