@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from exporter.daemon import Daemon, ServerState
 
 P = "vllm_headroom_"
+# part label -> the log fact it comes from (GiB as vLLM prints it)
+MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
+                "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
+                "cuda_graphs": ("graph_memory_gib",)}
 STARTUP_STAGES = ("weight_loading", "torch_compile", "memory_profiling", "graph_capture", "engine_init",
                   "time_to_ready")
 
@@ -87,6 +91,8 @@ class HeadroomCollector:
         events = _c("log_events", "Other events found in the vLLM log.", ["server", "event"])
         startup = _g("startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.",
                      ["server", "stage"])
+        memory = _g("startup_memory_bytes", "Per-GPU memory split vLLM's startup log states: weights, activation "
+                    "peak, non-torch memory, KV cache, CUDA graphs.", ["server", "part"])
         health = {
             "log_bytes_read": _c("log_bytes_read", "Bytes read from the vLLM log.", ["server"]),
             "log_lines_read": _c("log_lines_read", "Lines read from the vLLM log.", ["server"]),
@@ -116,6 +122,7 @@ class HeadroomCollector:
                 counts = dict(a.counts)
                 oom = dict(a.oom_counts)
                 durations = dict(ep.startup)
+                facts = dict(ep.facts)
                 h = t.health
                 snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.read_errors,
                         h.file_present, h.last_read)
@@ -133,12 +140,16 @@ class HeadroomCollector:
             for s in STARTUP_STAGES:
                 if s + "_s" in durations:
                     startup.add_metric([st.name, s], durations[s + "_s"])
+            for part, keys in MEMORY_PARTS.items():
+                value = next((facts[k] for k in keys if isinstance(facts.get(k), (int, float))), None)
+                if value is not None:
+                    memory.add_metric([st.name, part], value * 1024**3)
             for fam, value in zip(health.values(), snap[:6]):
                 fam.add_metric([st.name], value)
             present.add_metric([st.name], 1 if snap[6] else 0)
             if snap[7] is not None:
                 last_read.add_metric([st.name], snap[7])
-        yield from (ready, stage, ooms, events, startup, *health.values(), present, last_read)
+        yield from (ready, stage, ooms, events, startup, memory, *health.values(), present, last_read)
 
     # -- KV cache and prefix cache -------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ OOM = ("(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMem
        "Tried to allocate 7.03 GiB. GPU 3 has a total capacity of 279.28 GiB of which 5.12 GiB is free.")
 STARTUP = [
     "(APIServer pid=1) INFO 11-20 10:02:00 [api_server.py:1839] vLLM API server version 0.27.1",
+    "(Worker_TP0 pid=340) INFO 11-20 10:09:20 [gpu_worker.py:298] Available KV cache memory: 64.82 GiB",
     "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1087] GPU KV cache size: 2,715,392 tokens",
     "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1091] Maximum concurrency for 1,048,576 "
     "tokens per request: 2.59x",
@@ -132,6 +133,8 @@ def test_two_servers_eight_gpus_end_to_end(tmp_path):
             assert len(values(text, "vllm_headroom_gpu_memory_total_bytes")) == 8
             assert values(text, "vllm_headroom_gpu_memory_used_bytes", gpu="5") == [200 * 1024**3]
             assert values(text, "vllm_headroom_vllm_info", server="prefill-0", version="0.27.1") == [1]
+            assert values(text, "vllm_headroom_startup_memory_bytes", server="prefill-0", part="kv_cache") == \
+                [64.82 * 1024**3]
             checks = {s.label("check"): s.value for s in parse(text).samples
                       if s.name == "vllm_headroom_environment_check"}
             assert checks["driver_min_version"] == 1
