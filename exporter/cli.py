@@ -79,6 +79,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from exporter.config import ConfigError
+    from exporter.generate import write_outputs
+    from exporter.generate.thresholds import load_thresholds
+
+    try:
+        thresholds = load_thresholds(args.thresholds)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    written = write_outputs(thresholds, args.out)
+    print(f"wrote {len(written)} files under {args.out}: " + ", ".join(sorted({w.split('/')[0] for w in written})))
+    return EXIT_OK
+
+
 def _not_yet(what: str) -> int:
     print(f"vllm-headroom: `{what}` is not built yet in this version ({__version__}).", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -108,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check_config)
 
     p = sub.add_parser("generate", help="write dashboards, alert and recording rules, tests and runbooks")
-    p.add_argument("--thresholds")
-    p.add_argument("--out")
-    p.set_defaults(func=lambda a: _not_yet("generate"))
+    p.add_argument("--thresholds", help="YAML overriding the embedded default thresholds")
+    p.add_argument("--out", default=".", help="directory to write alerts/, dashboards/, docs/runbooks/ into")
+    p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("demo", help="a simulated vLLM and the daemon, for a first look")
     p.set_defaults(func=lambda a: _not_yet("demo"))

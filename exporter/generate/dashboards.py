@@ -1,0 +1,218 @@
+"""Three Grafana dashboards, built with grafanalib, with threshold lines from the same Thresholds as the alerts.
+
+(a) on-call live headroom, (b) the weekly capacity review, (c) incident triage for one server. Every
+target selects on `job` and `instance`, rates use `$__rate_interval`, and the datasource is a variable.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import (BarGauge, Dashboard, GridPos, RowPanel, Stat, StateTimeline, Table, Target, Template,
+                             Templating, Threshold, Time, TimeSeries)
+
+from exporter.generate.thresholds import Thresholds
+
+DS = "${datasource}"
+SEL = 'job=~"$job", instance=~"$instance", server=~"$server"'
+NODE = 'job=~"$job", instance=~"$instance"'
+ONE = 'job=~"$job", instance=~"$instance", server="$server"'
+
+
+def _templates(multi_server: bool = True) -> Templating:
+    return Templating(list=[
+        Template(name="datasource", query="prometheus", type="datasource", label="Data source", default=None),
+        Template(name="job", query='label_values(vllm_headroom_build_info, job)', dataSource=DS, label="Job",
+                 includeAll=True, multi=True, default="vllm-headroom"),
+        Template(name="instance", query='label_values(vllm_headroom_build_info{job=~"$job"}, instance)',
+                 dataSource=DS, label="Node", includeAll=True, multi=True),
+        Template(name="server", query='label_values(vllm_headroom_target_up{job=~"$job", instance=~"$instance"}, '
+                                      'server)', dataSource=DS, label="vLLM server", includeAll=multi_server,
+                 multi=multi_server),
+        Template(name="model", query='label_values(vllm_headroom_kv_cache_usage_ratio{job=~"$job", '
+                                     'server=~"$server"}, model_name)', dataSource=DS, label="Model",
+                 includeAll=True, multi=True),
+    ])
+
+
+def _t(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> Target:
+    return Target(expr=expr, legendFormat=legend, refId=ref, instant=instant, format=fmt, datasource=DS)
+
+
+def _steps(*pairs: tuple[str, float | None]) -> list[Threshold]:
+    return [Threshold(color, i, value if value is not None else 0.0) for i, (color, value) in enumerate(pairs)]
+
+
+def _ts(title: str, targets: list[Target], pos: tuple[int, int, int, int], unit: str = "", description: str = "",
+        thresholds: list[Threshold] | None = None, vmin: float | None = None, vmax: float | None = None,
+        style: str = "bars") -> TimeSeries:
+    kwargs: dict[str, Any] = {}
+    if thresholds:
+        kwargs = {"thresholds": thresholds, "thresholdsStyleMode": "line+area"}
+    return TimeSeries(title=title, dataSource=DS, targets=targets, unit=unit, description=description,
+                      gridPos=GridPos(*pos), valueMin=vmin, valueMax=vmax,
+                      drawStyle="bars" if style == "bars" and not thresholds else "line", **kwargs)
+
+
+def _headroom_steps(critical: float, warning: float) -> list[Threshold]:
+    return _steps(("red", None), ("orange", critical), ("green", warning))
+
+
+def oncall(t: Thresholds) -> Dashboard:
+    kv = _headroom_steps(t.kv_headroom_critical_ratio, t.kv_headroom_warning_ratio)
+    gpu = _headroom_steps(t.gpu_headroom_critical_ratio, t.gpu_headroom_warning_ratio)
+    panels = [
+        RowPanel(title="Headroom", gridPos=GridPos(1, 24, 0, 0)),
+        _ts("KV-cache headroom per DP engine", [_t(
+            f'vllm_headroom_kv_cache_headroom_ratio{{{SEL}, model_name=~"$model"}}', "{{server}} engine {{engine}}")],
+            (8, 12, 0, 1), "percentunit", "1 - KV-cache usage. Lines: the warning and critical thresholds of the "
+            "VllmKVCacheHeadroom alerts.", kv, 0, 1, "line"),
+        _ts("GPU memory headroom on peaks", [_t(f"vllm_headroom_gpu_memory_headroom_ratio{{{NODE}}}",
+                                                "{{instance}} GPU {{gpu}}")],
+            (8, 12, 12, 1), "percentunit", "(total - peak) / total, the peak of 10 Hz samples since the previous "
+            "scrape. Lines: the VllmGPUMemoryHeadroom thresholds.", gpu, 0, 1, "line"),
+        _ts("Memory failures by stage", [_t(
+            f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[$__rate_interval]))",
+            "{{server}} {{phase}}: {{stage}}")], (8, 12, 0, 9), "short",
+            "Stage-tagged OOMs from the vLLM logs. Loading-stage: check image, driver, hardware, topology. Runtime: "
+            "reduce context, concurrency or cache retention."),
+        _ts("Engine ready", [_t(f"vllm_headroom_engine_ready{{{SEL}}}", "{{server}}")], (8, 12, 12, 9), "short",
+            "1 serving, 0 loading, crashed or not answering.", style="line"),
+        RowPanel(title="Load", gridPos=GridPos(1, 24, 0, 17)),
+        _ts("Prefix-cache hit ratio", [
+            _t(f"server:vllm_headroom_prefix_cache_hit:ratio_rate5m{{{SEL}}}", "{{server}} (5m)"),
+            _t(f"server:vllm_headroom_prefix_cache_hit:ratio_increase1d{{{SEL}}}", "{{server}} (1d baseline)", "B"),
+        ], (8, 8, 0, 18), "percentunit", "Hits / queries in tokens, summed over engines before dividing.",
+            vmin=0, vmax=1, style="line"),
+        _ts("Requests running and waiting", [
+            _t(f"server:vllm_headroom_requests_running:sum{{{SEL}}}", "{{server}} running"),
+            _t(f"server:vllm_headroom_requests_waiting:sum{{{SEL}}}", "{{server}} waiting", "B"),
+        ], (8, 8, 8, 18), "short", style="line"),
+        _ts("Preemptions per second", [_t(
+            f"sum by (server) (rate(vllm_headroom_preemptions_total{{{SEL}}}[$__rate_interval]))", "{{server}}")],
+            (8, 8, 16, 18), "short", "Line: the VllmPreemptionsRising threshold.",
+            _steps(("green", None), ("red", t.preemption_rate_warning)), 0, None, "line"),
+        _ts("Time to first token (p50, p99)", [
+            _t(f"histogram_quantile(0.5, sum by (server, le) (rate(vllm_headroom_time_to_first_token_seconds_bucket"
+               f"{{{SEL}}}[$__rate_interval])))", "{{server}} p50"),
+            _t(f"histogram_quantile(0.99, sum by (server, le) (rate(vllm_headroom_time_to_first_token_seconds_bucket"
+               f"{{{SEL}}}[$__rate_interval])))", "{{server}} p99", "B"),
+        ], (8, 12, 0, 26), "s", style="line"),
+        _ts("Queue time (p99)", [_t(
+            f"histogram_quantile(0.99, sum by (server, le) (rate(vllm_headroom_request_queue_time_seconds_bucket"
+            f"{{{SEL}}}[$__rate_interval])))", "{{server}} p99")], (8, 12, 12, 26), "s", style="line"),
+    ]
+    return Dashboard(title="vLLM Headroom / On-call", uid="vllm-headroom-oncall", tags=["vllm", "headroom"],
+                     templating=_templates(), panels=panels, refresh="30s", time=Time("now-6h", "now"),
+                     timezone="browser", schemaVersion=37, annotations=_oom_annotations())
+
+
+def _oom_annotations() -> Any:
+    from grafanalib.core import Annotations
+
+    return Annotations(list=[{
+        "datasource": DS, "enable": True, "name": "OOM events", "iconColor": "red",
+        "expr": f"increase(vllm_headroom_oom_events_total{{{SEL}}}[2m]) > 0",
+        "step": "60s", "titleFormat": "OOM: {{phase}} / {{stage}}", "textFormat": "{{server}}",
+        "tagKeys": "server,stage,phase", "useValueForTime": False,
+    }])
+
+
+def capacity(t: Thresholds) -> Dashboard:
+    kv = _headroom_steps(t.kv_headroom_critical_ratio, t.kv_headroom_warning_ratio)
+    floor = _steps(("red", None), ("green", t.capacity_floor_ratio))
+    panels = [
+        Table(title="Capacity verdict (7 days)", dataSource=DS, gridPos=GridPos(8, 24, 0, 0), targets=[
+            _t(f"server:vllm_headroom_capacity_verdict:7d{{{SEL}}}", "", instant=True, fmt="table")],
+              description="tune_and_keep / monitor_and_operate / migrate_or_scale per server, with the reason: "
+                          "loading-stage OOMs or failed environment checks -> migrate; runtime OOMs or headroom under "
+                          "the floor -> scale; headroom that needs alerts -> monitor and operate.",
+              transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True,
+                                                                                "__name__": True}}}]),
+        BarGauge(title="KV-cache headroom, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 0, 8), targets=[
+            _t(f"server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d{{{SEL}}}", "{{server}}", instant=True)],
+                 format="percentunit", min=0, max=1, thresholds=kv),
+        BarGauge(title=f"KV-cache headroom, {t.capacity_floor_quantile:g} quantile of the week",
+                 dataSource=DS, gridPos=GridPos(8, 8, 8, 8), targets=[
+                     _t(f"server:vllm_headroom_kv_cache_headroom_ratio:floor_quantile7d{{{SEL}}}", "{{server}}",
+                        instant=True)], format="percentunit", min=0, max=1, thresholds=floor,
+                 description="Under the floor line here puts the server on the scale side of the verdict."),
+        BarGauge(title="GPU memory headroom on peaks, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 16, 8),
+                 targets=[_t(f"gpu:vllm_headroom_gpu_memory_headroom_ratio:min_over_time7d{{{NODE}}}",
+                             "{{instance}} GPU {{gpu}}", instant=True)], format="percentunit", min=0, max=1,
+                 thresholds=_headroom_steps(t.gpu_headroom_critical_ratio, t.gpu_headroom_warning_ratio)),
+        BarGauge(title="Memory failures by stage, 7 days", dataSource=DS, gridPos=GridPos(8, 12, 0, 16), targets=[
+            _t(f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
+               "{{server}} {{phase}}: {{stage}}", instant=True)], format="short", min=0, max=10),
+        _ts("Prefix-cache hit ratio, daily", [_t(
+            f"server:vllm_headroom_prefix_cache_hit:ratio_increase1d{{{SEL}}}", "{{server}}")], (8, 12, 12, 16),
+            "percentunit", vmin=0, vmax=1, style="line"),
+        _ts("Concurrency against KV-cache headroom", [
+            _t(f"server:vllm_headroom_requests_running:sum{{{SEL}}}", "{{server}} running requests"),
+            _t(f"server:vllm_headroom_kv_cache_headroom_ratio:min{{{SEL}}}", "{{server}} KV headroom", "B"),
+        ], (9, 24, 0, 24), "short", "Where headroom stays above the warning line at the peak concurrency is the "
+           "stable boundary the capacity review asks for.", style="line"),
+        Stat(title="Peak running requests, 7 days", dataSource=DS, gridPos=GridPos(4, 24, 0, 33), targets=[
+            _t(f"server:vllm_headroom_requests_running:max_over_time7d{{{SEL}}}", "{{server}}", instant=True)],
+             reduceCalc="lastNotNull"),
+    ]
+    return Dashboard(title="vLLM Headroom / Weekly capacity review", uid="vllm-headroom-capacity",
+                     tags=["vllm", "headroom", "capacity"], templating=_templates(), panels=panels, refresh="5m",
+                     time=Time("now-7d", "now"), timezone="browser", schemaVersion=37)
+
+
+def triage(t: Thresholds) -> Dashboard:
+    panels = [
+        StateTimeline(title="Engine stage", dataSource=DS, gridPos=GridPos(6, 24, 0, 0), targets=[
+            _t(f"vllm_headroom_engine_stage{{{ONE}}} == 1", "{{stage}}")],
+            description="weight_loading, graph_capture, kv_cache_alloc, warmup, ready, crashed, from the vLLM log."),
+        BarGauge(title="Startup durations (from the log)", dataSource=DS, gridPos=GridPos(8, 12, 0, 6), targets=[
+            _t(f"vllm_headroom_startup_stage_duration_seconds{{{ONE}}}", "{{stage}}", instant=True)], format="s",
+                 min=0, max=900),
+        BarGauge(title="Memory per GPU at startup (from the log)", dataSource=DS, gridPos=GridPos(8, 12, 12, 6),
+                 targets=[_t(f"vllm_headroom_startup_memory_bytes{{{ONE}}}", "{{part}}", instant=True)],
+                 format="bytes", min=0, max=300 * 1024**3),
+        Table(title="Memory failures so far", dataSource=DS, gridPos=GridPos(7, 12, 0, 14), targets=[
+            _t(f"vllm_headroom_oom_events_total{{{ONE}}} > 0", "", instant=True, fmt="table")]),
+        _ts("Log events", [_t(f"sum by (event) (increase(vllm_headroom_log_events_total{{{ONE}}}[$__rate_interval]))",
+                              "{{event}}")], (7, 12, 12, 14), "short"),
+        Table(title="Environment checks", dataSource=DS, gridPos=GridPos(7, 12, 0, 21), targets=[
+            _t(f"vllm_headroom_environment_check{{{NODE}}}", "", instant=True, fmt="table"),
+            _t(f"vllm_headroom_environment_info{{{NODE}}}", "", "B", instant=True, fmt="table")]),
+        Stat(title="KV-cache capacity: metric, log, max concurrency", dataSource=DS, gridPos=GridPos(7, 12, 12, 21),
+             targets=[_t(f"vllm_headroom_kv_cache_capacity_tokens{{{ONE}}}", "metric (tokens)", instant=True),
+                      _t(f"vllm_headroom_kv_cache_capacity_log_tokens{{{ONE}}}", "log (tokens)", "B", instant=True),
+                      _t(f"vllm_headroom_max_concurrency{{{ONE}}}", "max concurrency", "C", instant=True)],
+             reduceCalc="lastNotNull"),
+        _ts("GPU memory used and peak", [
+            _t(f"vllm_headroom_gpu_memory_peak_used_bytes{{{NODE}}}", "GPU {{gpu}} peak"),
+            _t(f"vllm_headroom_gpu_memory_total_bytes{{{NODE}}}", "GPU {{gpu}} total", "B")], (8, 24, 0, 28), "bytes",
+            style="line"),
+    ]
+    return Dashboard(title="vLLM Headroom / Incident triage", uid="vllm-headroom-triage",
+                     tags=["vllm", "headroom", "triage"], templating=_templates(multi_server=False), panels=panels,
+                     refresh="30s", time=Time("now-3h", "now"), timezone="browser", schemaVersion=37,
+                     annotations=_oom_annotations())
+
+
+def dashboards(t: Thresholds) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, build in (("vllm-headroom-oncall", oncall), ("vllm-headroom-capacity", capacity),
+                        ("vllm-headroom-triage", triage)):
+        out[name] = json.loads(json.dumps(build(t).auto_panel_ids().to_json_data(), cls=DashboardEncoder))
+    return out
+
+
+def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every target of a generated dashboard, annotations included."""
+    out = []
+    for panel in board.get("panels", []):
+        for target in panel.get("targets", []) or []:
+            if target.get("expr"):
+                out.append((panel.get("title", ""), target["expr"]))
+    for ann in board.get("annotations", {}).get("list", []):
+        if ann.get("expr"):
+            out.append((f"annotation {ann.get('name')}", ann["expr"]))
+    return out

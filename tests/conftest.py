@@ -1,0 +1,83 @@
+"""Shared fixtures: a real Prometheus server on loopback (Debian's `prometheus` package)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def need(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.fail(f"{binary} is not installed: `make test` installs Debian's prometheus packages "
+                    f"(apt-get install prometheus prometheus-alertmanager)")
+    return path
+
+
+class Prometheus:
+    def __init__(self, url: str, proc: subprocess.Popen) -> None:
+        self.url = url
+        self.proc = proc
+
+    def get(self, path: str, **params: str) -> dict:
+        query = urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as err:  # 400 for a bad query: the body says why
+            return json.loads(err.read())
+
+    def query(self, expr: str) -> dict:
+        return self.get("/api/v1/query", query=expr)
+
+
+def start_prometheus(workdir: Path, config: str) -> Prometheus:
+    binary = need("prometheus")
+    port = free_port()
+    (workdir / "prometheus.yml").write_text(config)
+    proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--log.level=warn", "--web.enable-lifecycle"],
+                            stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("prometheus exited: " + (workdir / "prometheus.log").read_text()[-2000:])
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    return Prometheus(url, proc)
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("prometheus did not become ready in 30 s")
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory):
+    """Prometheus with the committed rules loaded and nothing to scrape."""
+    d = tmp_path_factory.mktemp("prometheus")
+    rules = [str(ROOT / "alerts" / n) for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml",
+                                                 "vllm-headroom.weekly.yaml")]
+    server = start_prometheus(d, "global: {evaluation_interval: 1s}\nrule_files:\n" +
+                              "".join(f"  - {r}\n" for r in rules))
+    yield server
+    server.proc.terminate()
+    server.proc.wait(timeout=10)

@@ -1,0 +1,215 @@
+"""Generated rules, dashboards and runbooks: fresh, valid for promtool and Prometheus, consistent with thresholds."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporter.config import ConfigError
+from exporter.generate import outputs
+from exporter.generate.dashboards import dashboards, panel_queries
+from exporter.generate.rules import alert_specs, recording_rules, weekly_rules
+from exporter.generate.thresholds import Thresholds, load_thresholds
+from tests.conftest import ROOT, need
+
+DEFAULT = Thresholds()
+
+
+def test_committed_outputs_match_a_fresh_generate():
+    stale = [rel for rel, content in outputs(DEFAULT).items()
+             if not (ROOT / rel).exists() or (ROOT / rel).read_text(encoding="utf-8") != content]
+    assert not stale, f"run `vllm-headroom generate` and commit: stale {stale}"
+    generated = set(outputs(DEFAULT))
+    on_disk = {str(p.relative_to(ROOT)) for d in ("alerts", "dashboards", "docs/runbooks")
+               for p in (ROOT / d).rglob("*") if p.is_file()}
+    assert on_disk <= generated, f"files no generate writes: {sorted(on_disk - generated)}"
+
+
+def test_promtool_checks_the_rules():
+    promtool = need("promtool")
+    files = [str(ROOT / "alerts" / n) for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml",
+                                                 "vllm-headroom.weekly.yaml")]
+    r = subprocess.run([promtool, "check", "rules", *files], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", ["alerts.test.yaml", "recording.test.yaml", "weekly.test.yaml"])
+def test_promtool_unit_tests_pass(name):
+    promtool = need("promtool")
+    r = subprocess.run([promtool, "test", "rules", name], cwd=ROOT / "alerts" / "tests", capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_promtool_tests_can_fail(tmp_path):
+    """A rule off by a hair at its threshold must break its boundary test."""
+    promtool = need("promtool")
+    tests = ROOT / "alerts" / "tests"
+    stripped = (tests / "alerts.stripped.rules.yaml").read_text().replace("< 0.15\n", "< 0.16\n")
+    (tmp_path / "alerts.stripped.rules.yaml").write_text(stripped)
+    (tmp_path / "rec").mkdir()
+    text = (tests / "alerts.test.yaml").read_text().replace("../vllm-headroom.recording.yaml",
+                                                           str(ROOT / "alerts" / "vllm-headroom.recording.yaml"))
+    (tmp_path / "alerts.test.yaml").write_text(text)
+    r = subprocess.run([promtool, "test", "rules", "alerts.test.yaml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0 and "VllmKVCacheHeadroomLow: exactly at the threshold does not fire" in r.stdout + r.stderr
+
+
+def test_every_alert_is_complete():
+    rules = yaml.safe_load((ROOT / "alerts" / "vllm-headroom.rules.yaml").read_text())["groups"][0]["rules"]
+    assert len(rules) >= 20
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
+        assert rule["labels"]["routing"] in ("page", "ticket"), rule["alert"]
+        assert re.match(r"^\d+[smh]$", rule["for"]), rule["alert"]
+        ann = rule["annotations"]
+        assert ann["summary"] and ann["description"]
+        assert ann["runbook_url"].endswith(f"/{rule['alert']}.md")
+        assert (ROOT / "docs" / "runbooks" / f"{rule['alert']}.md").exists()
+    for spec in alert_specs(DEFAULT):
+        assert any(c.fires for c in spec.cases) and any(not c.fires for c in spec.cases), spec.name
+    pages = {r["alert"] for r in rules if r["labels"]["routing"] == "page"}
+    assert {"VllmRuntimeOOM", "VllmKVCacheHeadroomCritical", "VllmGPUMemoryHeadroomCritical",
+            "VllmEngineNotReady"} <= pages
+    assert "VllmLoadingStageOOM" not in pages  # a loading-stage OOM must not page as a runtime OOM
+
+
+def test_advice_in_rules_and_runbooks_follows_the_guide():
+    specs = {s.name: s for s in alert_specs(DEFAULT)}
+    loading = specs["VllmLoadingStageOOM"]
+    text = " ".join([loading.summary, loading.description, *loading.runbook.values()]).lower()
+    assert "does not help" in text
+    assert "lower concurrency" not in text.replace("lowering concurrency does not help", "")
+    assert "max-num-seqs" not in text
+    runtime = specs["VllmRuntimeOOM"]
+    first = runtime.runbook["first"].lower()
+    assert "reduce" in first and "replay the same request set" in first and "hardware" not in first
+
+
+def test_thresholds_feed_rules_tests_and_dashboards_alike(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("kv_headroom_warning_ratio: 0.25\ngpu_headroom_critical_ratio: 0.02\nselector: 'job=\"gpu-nodes\"'\n")
+    t = load_thresholds(str(path))
+    files = outputs(t)
+    assert "vllm_headroom_kv_cache_headroom_ratio{job=\"gpu-nodes\"}) < 0.25" in files["alerts/vllm-headroom.rules.yaml"]
+    assert "0.24x60" in files["alerts/tests/alerts.test.yaml"]  # the boundary case moved with the threshold
+    board = json.loads(files["dashboards/vllm-headroom-oncall.json"])
+    kv = next(p for p in board["panels"] if p.get("title") == "KV-cache headroom per DP engine")
+    steps = [s["value"] for s in kv["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert 0.25 in steps and DEFAULT.kv_headroom_critical_ratio in steps
+
+
+def test_bad_thresholds_are_refused(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("kv_headroom_warnig_ratio: 0.2\nkv_headroom_critical_ratio: 1.5\nqueue_for: soon\n")
+    with pytest.raises(ConfigError) as err:
+        load_thresholds(str(path))
+    text = str(err.value)
+    assert "kv_headroom_warnig_ratio: unknown threshold" in text
+    assert "kv_headroom_critical_ratio: expected a ratio between 0 and 1" in text
+    assert "queue_for: expected a Prometheus duration" in text
+
+
+def _substitute(expr: str) -> str:
+    return (expr.replace('"$server"', '"prefill-0"').replace("$__rate_interval", "1m")
+            .replace("$job", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+
+
+def test_dashboards_lint():
+    for name, board in dashboards(DEFAULT).items():
+        assert board["uid"] == name
+        names = [v["name"] for v in board["templating"]["list"]]
+        assert names[0] == "datasource" and {"job", "instance", "server", "model"} <= set(names)
+        for panel in board["panels"]:
+            if panel.get("type") == "row":
+                continue
+            assert panel["datasource"] == "${datasource}", (name, panel["title"])
+            for target in panel["targets"]:
+                expr = target["expr"]
+                assert 'job=~"$job"' in expr and 'instance=~"$instance"' in expr, (name, panel["title"], expr)
+                if not target.get("instant"):
+                    for window in re.findall(r"\[([^\]]+)\]", expr):
+                        assert window == "$__rate_interval", (name, panel["title"], expr)
+
+
+def exported_names() -> set[str]:
+    """Every series name the daemon can export, read from a real collector run."""
+    import asyncio  # noqa: F401
+
+    from prometheus_client import generate_latest
+
+    from exporter.config import parse_config
+    from exporter.daemon import Daemon
+    from exporter.exposition import parse
+    from exporter.gpu.fake import FakeGpuBackend
+    from exporter.gpu.sampler import GpuSampler
+    from exporter.simulate.vllm_metrics import VllmMetrics
+    from exporter.vllm.names import normalize
+    from exporter.vllm.scrape import ScrapeResult
+
+    d = Daemon(parse_config({"servers": [{"name": "s", "log": "/nonexistent.log"}], "state_dir": "/tmp/x-unused"}))
+    d.gpu = GpuSampler(FakeGpuBackend(2), 0.1)
+    d.gpu.sample_once()
+    m = VllmMetrics(engines=2)
+    d.servers["s"].update(ScrapeResult(True, series=normalize(parse(m.render().decode()).samples)), 0)
+    text = generate_latest(d.registry).decode()
+    out = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, typ = line.split()
+            out.add(name)
+            if typ == "counter":
+                out.add(name + "_total")
+            if typ == "histogram":
+                out.update(name + s for s in ("_bucket", "_sum", "_count"))
+    return out
+
+
+def _referenced(expr: str) -> set[str]:
+    words = set(re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?=\{|\[|\)|$|\s)", expr))
+    return {w for w in words if w.startswith(("vllm_headroom_", "server:", "gpu:")) or w == "up"}
+
+
+def test_every_referenced_series_exists():
+    known = exported_names() | {"up"}
+    known |= {r["record"] for g in recording_rules(DEFAULT) + weekly_rules(DEFAULT) for r in g["rules"]}
+    refs: dict[str, set[str]] = {}
+    for name, board in dashboards(DEFAULT).items():
+        for title, expr in panel_queries(board):
+            for metric in _referenced(expr):
+                refs.setdefault(metric, set()).add(f"{name}: {title}")
+    for g in recording_rules(DEFAULT) + weekly_rules(DEFAULT):
+        for r in g["rules"]:
+            for metric in _referenced(r["expr"]):
+                refs.setdefault(metric, set()).add(r["record"])
+    for spec in alert_specs(DEFAULT):
+        for metric in _referenced(spec.expr):
+            refs.setdefault(metric, set()).add(spec.name)
+    assert len(refs) > 20
+    missing = {m: sorted(where) for m, where in refs.items() if m not in known}
+    assert not missing, f"referenced but never exported or recorded: {missing}"
+
+
+def test_every_panel_query_parses_in_a_real_prometheus(prometheus):
+    for name, board in dashboards(DEFAULT).items():
+        for title, expr in panel_queries(board):
+            answer = prometheus.query(_substitute(expr))
+            assert answer["status"] == "success", (name, title, expr, answer.get("error"))
+
+
+def test_prometheus_loads_the_generated_rules(prometheus):
+    groups = prometheus.get("/api/v1/rules")["data"]["groups"]
+    names = {g["name"] for g in groups}
+    assert names == {"vllm-headroom.alerts", "vllm-headroom.recording", "vllm-headroom.weekly"}
+    alerts = [r for g in groups for r in g["rules"] if r["type"] == "alerting"]
+    assert len(alerts) == len(alert_specs(DEFAULT))
+
+
+def test_example_thresholds_file_lists_the_defaults():
+    assert load_thresholds(str(ROOT / "deploy" / "thresholds.example.yaml")) == DEFAULT
