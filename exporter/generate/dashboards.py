@@ -82,8 +82,8 @@ def oncall(t: Thresholds) -> Dashboard:
             "1 serving, 0 loading, crashed or not answering.", style="line"),
         RowPanel(title="Load", gridPos=GridPos(1, 24, 0, 17)),
         _ts("Prefix-cache hit ratio", [
-            _t(f"server:vllm_headroom_prefix_cache_hit:ratio_rate5m{{{SEL}}}", "{{server}} (5m)"),
-            _t(f"server:vllm_headroom_prefix_cache_hit:ratio_increase1d{{{SEL}}}", "{{server}} (1d baseline)", "B"),
+            _t(f"{t.hit_ratio_fast}{{{SEL}}}", f"{{{{server}}}} ({t.prefix_fast_window})"),
+            _t(f"{t.hit_ratio_baseline}{{{SEL}}}", f"{{{{server}}}} ({t.prefix_baseline_window} baseline)", "B"),
         ], (8, 8, 0, 18), "percentunit", "Hits / queries in tokens, summed over engines before dividing.",
             vmin=0, vmax=1, style="line"),
         _ts("Requests running and waiting", [
@@ -147,7 +147,7 @@ def capacity(t: Thresholds) -> Dashboard:
             _t(f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
                "{{server}} {{phase}}: {{stage}}", instant=True)], format="short", min=0, max=10),
         _ts("Prefix-cache hit ratio, daily", [_t(
-            f"server:vllm_headroom_prefix_cache_hit:ratio_increase1d{{{SEL}}}", "{{server}}")], (8, 12, 12, 16),
+            f"{t.hit_ratio_baseline}{{{SEL}}}", "{{server}}")], (8, 12, 12, 16),
             "percentunit", vmin=0, vmax=1, style="line"),
         _ts("Concurrency against KV-cache headroom", [
             _t(f"server:vllm_headroom_requests_running:sum{{{SEL}}}", "{{server}} running requests"),

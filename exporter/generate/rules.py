@@ -83,6 +83,7 @@ def _after(duration: str, extra: int = 5) -> str:
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     sel = t.selector
     by = "job, instance, server"
+    fw, bw = t.prefix_fast_window, t.prefix_baseline_window
     fast = [
         ("server:vllm_headroom_kv_cache_headroom_ratio:min",
          f"min by ({by}) (vllm_headroom_kv_cache_headroom_ratio{{{sel}}})"),
@@ -90,15 +91,15 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
          f"max by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}})"),
         ("gpu:vllm_headroom_gpu_memory_headroom_ratio:min",
          f"min by (job, instance, gpu) (vllm_headroom_gpu_memory_headroom_ratio{{{sel}}})"),
-        ("server:vllm_headroom_prefix_cache_hits:rate5m",
-         f"sum by ({by}) (rate(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[5m]))"),
-        ("server:vllm_headroom_prefix_cache_queries:rate5m",
-         f"sum by ({by}) (rate(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[5m]))"),
-        ("server:vllm_headroom_prefix_cache_hit:ratio_rate5m",
-         "server:vllm_headroom_prefix_cache_hits:rate5m / (server:vllm_headroom_prefix_cache_queries:rate5m > 0)"),
-        ("server:vllm_headroom_prefix_cache_hit:ratio_increase1d",
-         f"sum by ({by}) (increase(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[1d]))\n"
-         f"/\n(sum by ({by}) (increase(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[1d])) > 0)"),
+        (f"server:vllm_headroom_prefix_cache_hits:rate{fw}",
+         f"sum by ({by}) (rate(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[{fw}]))"),
+        (f"server:vllm_headroom_prefix_cache_queries:rate{fw}",
+         f"sum by ({by}) (rate(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[{fw}]))"),
+        (t.hit_ratio_fast,
+         f"server:vllm_headroom_prefix_cache_hits:rate{fw} / (server:vllm_headroom_prefix_cache_queries:rate{fw} > 0)"),
+        (t.hit_ratio_baseline,
+         f"sum by ({by}) (increase(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[{bw}]))\n"
+         f"/\n(sum by ({by}) (increase(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[{bw}])) > 0)"),
         ("server:vllm_headroom_preemptions:rate5m",
          f"sum by ({by}) (rate(vllm_headroom_preemptions_total{{{sel}}}[5m]))"),
         ("server:vllm_headroom_oom_events:increase1h",
@@ -106,7 +107,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         ("server:vllm_headroom_requests_waiting:sum", f"sum by ({by}) (vllm_headroom_requests_waiting{{{sel}}})"),
         ("server:vllm_headroom_requests_running:sum", f"sum by ({by}) (vllm_headroom_requests_running{{{sel}}})"),
     ]
-    return [{"name": "vllm-headroom.recording", "interval": "1m",
+    return [{"name": "vllm-headroom.recording", "interval": t.recording_interval,
              "rules": [{"record": r, "expr": e} for r, e in fast]}]
 
 
@@ -126,7 +127,7 @@ def weekly_rules(t: Thresholds) -> list[dict[str, Any]]:
         ("server:vllm_headroom_requests_running:max_over_time7d",
          "max_over_time(server:vllm_headroom_requests_running:sum[7d])"),
     ]
-    return [{"name": "vllm-headroom.weekly", "interval": "5m",
+    return [{"name": "vllm-headroom.weekly", "interval": t.weekly_interval,
              "rules": [{"record": r, "expr": e} for r, e in weekly] + verdict_rules(t)}]
 
 
@@ -352,7 +353,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
 
     prefix_runbook = {
         "meaning": "The share of prompt tokens served from the prefix cache fell far below its own 1-day level.",
-        "confirm": "`server:vllm_headroom_prefix_cache_hit:ratio_rate5m` against `..._ratio_increase1d`; check "
+        "confirm": f"`{t.hit_ratio_fast}` against `{t.hit_ratio_baseline}`; check "
                    "`vllm_headroom_prefix_cache_enabled`, recent restarts (the cache starts empty), routing changes "
                    "that split repeat traffic across replicas, and `VLLM_PREFIX_CACHE_RETENTION_INTERVAL`.",
         "first": "Restore prefix-aware routing or the retention setting that changed; on hybrid models make sure "
@@ -364,9 +365,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
     frac, floor = t.prefix_collapse_fraction, t.prefix_baseline_min_ratio
     specs.append(AlertSpec(
         "VllmPrefixCacheHitRatioCollapsed", "warning", "ticket", t.prefix_collapse_for,
-        f"(server:vllm_headroom_prefix_cache_hit:ratio_rate5m < {_f(frac)} * "
-        f"server:vllm_headroom_prefix_cache_hit:ratio_increase1d)\nand\n"
-        f"(server:vllm_headroom_prefix_cache_hit:ratio_increase1d > {_f(floor)})",
+        f"({t.hit_ratio_fast} < {_f(frac)} * {t.hit_ratio_baseline})\nand\n({t.hit_ratio_baseline} > {_f(floor)})",
         "Prefix-cache hit ratio on {{ $labels.server }} fell to {{ $value | humanizePercentage }}, under "
         f"{_f(frac * 100)}% of its 1-day level",
         "Repeat prompts stopped hitting the prefix cache.", SERVER_BY, [
@@ -637,11 +636,11 @@ def recording_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
             _eng("vllm_headroom_prefix_cache_queries_tokens_total", "0+900x20", engine="1"),
         )],
         "promql_expr_test": [{
-            "expr": "round(server:vllm_headroom_prefix_cache_hit:ratio_rate5m * 1000)", "eval_time": "15m",
+            "expr": f"round({t.hit_ratio_fast} * 1000)", "eval_time": "15m",
             "exp_samples": [{"labels": "{" + ",".join(f'{k}="{BASE_LABELS[k]}"' for k in SERVER_BY) + "}",
                              "value": 100}],  # 100 / 1000, not the mean of 0.9 and 0.011
         }, {
-            "expr": "server:vllm_headroom_prefix_cache_hit:ratio_rate5m", "eval_time": "40m", "exp_samples": [],
+            "expr": t.hit_ratio_fast, "eval_time": "40m", "exp_samples": [],
         }],  # no queries in the window: absent, not 0 and not NaN
     }]
     return {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}

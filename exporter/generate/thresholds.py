@@ -20,6 +20,11 @@ class Thresholds:
     # which series the rules select: the exporter's scrape job
     selector: str = 'job="vllm-headroom"'
     runbook_base_url: str = "docs/runbooks"  # set to where your on-call opens them, e.g. your repository URL
+    # how often the rule groups are evaluated, and the prefix-cache hit ratio's fast and baseline windows
+    recording_interval: str = "1m"
+    weekly_interval: str = "5m"
+    prefix_fast_window: str = "5m"
+    prefix_baseline_window: str = "1d"
     # KV-cache headroom (1 - usage), per server: low warns, critical pages
     kv_headroom_warning_ratio: float = 0.15
     kv_headroom_warning_for: str = "15m"
@@ -57,6 +62,15 @@ class Thresholds:
     capacity_floor_ratio: float = 0.10
     capacity_floor_quantile: float = 0.05
 
+    @property
+    def hit_ratio_fast(self) -> str:
+        """The recorded name of the prefix-cache hit ratio over the fast window."""
+        return f"server:vllm_headroom_prefix_cache_hit:ratio_rate{self.prefix_fast_window}"
+
+    @property
+    def hit_ratio_baseline(self) -> str:
+        return f"server:vllm_headroom_prefix_cache_hit:ratio_increase{self.prefix_baseline_window}"
+
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -86,7 +100,7 @@ def load_thresholds(path: str | None) -> Thresholds:
         if not isinstance(value, want):
             problems.append(f"{path}: {key}: expected a {want.__name__}, got {value!r}")
             continue
-        if want is str and (key.endswith("_for") or key.endswith("_lookback")) and \
+        if want is str and key.endswith(("_for", "_lookback", "_interval", "_window")) and \
                 not re.match(r"^\d+(s|m|h|d|w)$", value):
             problems.append(f"{path}: {key}: expected a Prometheus duration such as 5m or 1h, got {value!r}")
             continue

@@ -21,9 +21,14 @@ class VllmStandIn:
         self.slow_s = slow_s
         self.huge_bytes = huge_bytes
         self.requests = 0
+        self.serving = True  # False: the process is "dead": connections are dropped
 
     async def handle_metrics(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        if not self.serving:
+            if request.transport is not None:
+                request.transport.close()  # what a dead process's kept-alive connection does
+            raise web.HTTPServiceUnavailable()
         fault = self.fault
         if fault == "http_500":
             return web.Response(status=500, text="Internal Server Error")
@@ -61,3 +66,31 @@ async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
     site = web.TCPSite(runner, host, port)
     await site.start()
     return runner, site._server.sockets[0].getsockname()[1]
+
+
+class Listener:
+    """An app on a fixed loopback port that can stop and start listening, as a vLLM port does across a restart."""
+
+    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.runner = web.AppRunner(app, access_log=None)
+        self.host, self.port = host, port
+        self.site: web.TCPSite | None = None
+
+    async def setup(self) -> None:
+        await self.runner.setup()
+
+    async def open(self) -> None:
+        if self.site is None:
+            self.site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
+            await self.site.start()
+            if not self.port:
+                self.port = self.site._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self.site is not None:
+            await self.site.stop()
+            self.site = None
+
+    async def cleanup(self) -> None:
+        await self.close()
+        await self.runner.cleanup()
