@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager
 
-.PHONY: install system-deps run test generate clean
+.PHONY: install system-deps run demo test generate clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,16 @@ system-deps:
 	  fi; \
 	fi
 
+# With CONFIG, or a vLLM answering on 127.0.0.1:8000: the exporter. Otherwise the demo (simulated vLLM).
 run: $(STAMP)
-	$(BIN)/vllm-headroom serve $(if $(CONFIG),--config $(CONFIG))
+	@if [ -n "$(CONFIG)" ]; then exec $(BIN)/vllm-headroom serve --config "$(CONFIG)"; fi; \
+	if $(BIN)/python -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', 8000)))"; \
+	then exec $(BIN)/vllm-headroom serve; \
+	else echo "no vLLM answers on 127.0.0.1:8000: starting the demo with simulated vLLM servers (CONFIG=file.yaml for real ones)"; \
+	  exec $(BIN)/vllm-headroom demo; fi
+
+demo: $(STAMP)
+	$(BIN)/vllm-headroom demo
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

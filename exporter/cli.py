@@ -95,9 +95,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _not_yet(what: str) -> int:
-    print(f"vllm-headroom: `{what}` is not built yet in this version ({__version__}).", file=sys.stderr)
-    return EXIT_BAD_INPUT
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from exporter.demo import run
+    from exporter.simulate.scenario import ScenarioError
+
+    try:
+        return run(args.port, args.scenario or None, args.workdir)
+    except ScenarioError as exc:
+        print(f"vllm-headroom demo: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,8 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=".", help="directory to write alerts/, dashboards/, docs/runbooks/ into")
     p.set_defaults(func=_cmd_generate)
 
-    p = sub.add_parser("demo", help="a simulated vLLM and the daemon, for a first look")
-    p.set_defaults(func=lambda a: _not_yet("demo"))
+    p = sub.add_parser("demo", help="simulated vLLM servers and the daemon on 127.0.0.1, for a first look")
+    p.add_argument("--port", type=int, default=9478, help="the exporter's port (default 9478)")
+    p.add_argument("--scenario", action="append", help="a built-in scenario or a YAML file; repeat for several")
+    p.add_argument("--workdir", help="where the simulated logs go (default: a new temporary directory)")
+    p.set_defaults(func=_cmd_demo)
     return parser
 
 

@@ -146,3 +146,25 @@ def test_runaway_line_is_cut_and_counted(tmp_path):
         f.write("y" * 1000 + "\n" + OOM + "\n")
     t.poll()
     assert ooms(t) == 1 and t.health.bytes_skipped >= 5_000_000 and t.health.lines_cut == 1
+
+
+def test_glob_follows_the_newest_pod_log(tmp_path):
+    old = tmp_path / "vllm_vllm-0_aaaa" / "vllm"
+    old.mkdir(parents=True)
+    append(old / "0.log", START, READY, OOM)
+    t = LogTailer("s", LogSource(str(tmp_path / "vllm_vllm-0_*" / "vllm" / "*.log")), str(tmp_path / "state"))
+    t.poll()
+    assert ooms(t) == 1
+    new = tmp_path / "vllm_vllm-0_bbbb" / "vllm"  # the pod was recreated with a new UID
+    new.mkdir(parents=True)
+    append(old / "0.log", STATS)
+    import time as _t
+
+    _t.sleep(0.01)
+    append(new / "0.log", START, OOM)
+    t.poll()
+    assert ooms(t) == 2 and t.path.endswith("bbbb/vllm/0.log") and t.health.rotations == 1
+    t.close()
+    t2 = LogTailer("s", LogSource(str(tmp_path / "vllm_vllm-0_*" / "vllm" / "*.log")), str(tmp_path / "state"))
+    t2.poll()
+    assert ooms(t2) == 2  # resumed, not re-read

@@ -45,10 +45,22 @@ def outputs(t: Thresholds) -> dict[str, str]:
         "alerts/tests/recording.test.yaml": dump_yaml(rules.recording_tests(t, ["../vllm-headroom.recording.yaml"])),
         "alerts/tests/weekly.test.yaml": dump_yaml(rules.weekly_tests(t, ["../vllm-headroom.weekly.yaml"])),
     }
+    files["deploy/kubernetes/prometheusrule.yaml"] = dump_yaml(prometheus_rule(t))
     for name, board in dashboards(t).items():
         files[f"dashboards/{name}.json"] = json.dumps(board, indent=2, sort_keys=True) + "\n"
     files.update(runbooks(t))
     return files
+
+
+def prometheus_rule(t: Thresholds) -> dict[str, Any]:
+    """The same groups as alerts/*.yaml, for the Prometheus Operator."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "vllm-headroom", "namespace": "monitoring",
+                     "labels": {"app.kubernetes.io/name": "vllm-headroom", "app.kubernetes.io/part-of": "vllm-headroom"}},
+        "spec": {"groups": rules.alert_groups(t) + rules.recording_rules(t) + rules.weekly_rules(t)},
+    }
 
 
 def write_outputs(t: Thresholds, out_dir: str) -> list[str]:

@@ -9,6 +9,7 @@ renamed away is drained to its end before the new one is opened; what cannot be 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -56,6 +57,8 @@ class TailHealth:
 class LogTailer:
     def __init__(self, server: str, source: LogSource, state_dir: str | None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
         self.server = server
+        self.pattern = source.path  # a path, or a glob (Kubernetes pod logs): the newest match is followed
+        self.is_glob = any(ch in source.path for ch in "*?[")
         self.path = source.path
         self.format_setting = source.format
         self.state_path = os.path.join(state_dir, f"{server}.tail.json") if state_dir else None
@@ -88,7 +91,7 @@ class LogTailer:
         try:
             with open(self.state_path, encoding="utf-8") as f:
                 data = json.load(f)
-            if data.get("version") != STATE_VERSION or data.get("path") != self.path:
+            if data.get("version") != STATE_VERSION or data.get("path") != self.pattern:
                 log.info("%s: state file %s is for another log or version; starting afresh", self.server,
                          self.state_path)
                 return
@@ -103,7 +106,7 @@ class LogTailer:
         if not self.state_path or not (self._dirty or force):
             return
         with self.lock:
-            data = {"version": STATE_VERSION, "path": self.path, "fingerprint": self._fp, "fp_len": self._fp_len,
+            data = {"version": STATE_VERSION, "path": self.pattern, "file": self.path, "fingerprint": self._fp, "fp_len": self._fp_len,
                     "offset": self._safe[0], "line": self._safe[1], "inode": self._inode,
                     "format": self._decoder.format if self._decoder else None,
                     "analyzer": snapshot(self.analyzer), "saved_at": time.time()}
@@ -151,7 +154,27 @@ class LogTailer:
                 pass
         self._fh = None
 
+    def _resolve(self) -> str | None:
+        """The newest file matching the glob (a new pod's log replaces the old pod's)."""
+        best, best_mtime = None, -1.0
+        for candidate in glob.glob(self.pattern):
+            try:
+                mtime = os.stat(candidate).st_mtime
+            except OSError:
+                continue
+            if mtime > best_mtime:
+                best, best_mtime = candidate, mtime
+        return best
+
     def _open(self, first: bool = False) -> bool:
+        if self.is_glob:
+            found = self._resolve()
+            if found is None:
+                self.health.file_present = False
+                return False
+            if first and self._saved is not None and self._saved.get("file") not in (None, found):
+                self._saved["fp_len"] = 0  # another file than the one we left: start it from the top
+            self.path = found
         try:
             fh = open(self.path, "rb")
         except FileNotFoundError:
@@ -211,6 +234,15 @@ class LogTailer:
             return
 
     def _check_rotation(self) -> int:
+        if self.is_glob:
+            newest = self._resolve()
+            if newest is not None and newest != self.path:  # a new pod, or a new file: finish the old one first
+                fed = self._drain(final=True)
+                self.health.rotations += 1
+                log.info("%s: following %s (newest match of %s)", self.server, newest, self.pattern)
+                self._close()
+                self._open()
+                return fed
         try:
             st = os.stat(self.path)
         except FileNotFoundError:

@@ -1,0 +1,239 @@
+"""End to end with the real servers: simulated vLLM -> vllm-headroom -> Prometheus -> Alertmanager -> webhook.
+
+Every built-in scenario runs at once, each as its own vLLM server on one node, so one Prometheus and one
+Alertmanager (Debian's packages, on loopback, 1 s scrape and evaluation) judge them all in well under a
+minute. The rules are generated from thresholds whose `for:` durations and windows are short enough for
+that; everything else is the product as shipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+from aiohttp import web
+
+from exporter.demo import build
+from exporter.generate import write_outputs
+from exporter.generate.dashboards import dashboards, panel_queries
+from exporter.generate.thresholds import Thresholds
+from exporter.server import build_app
+from exporter.simulate.scenario import builtin_scenarios
+from exporter.simulate.server import Listener
+from tests.conftest import free_port, need, start_prometheus
+
+E2E = Thresholds(
+    recording_interval="1s", weekly_interval="2s", prefix_fast_window="4s", prefix_baseline_window="1m",
+    kv_headroom_warning_for="2s", kv_headroom_critical_for="1s", gpu_headroom_warning_for="1s",
+    gpu_headroom_critical_for="0s", exhaustion_for="5s", exhaustion_lookback="30s", preemption_for="2s",
+    queue_for="2s", prefix_collapse_for="2s", engine_not_ready_for="20s", target_down_for="3s",
+    exporter_down_for="5s")
+DEADLINE_S = 75
+
+
+class Rig(threading.Thread):
+    """The simulated servers, the daemon and a webhook receiver, on an event loop of their own."""
+
+    def __init__(self, workdir) -> None:
+        super().__init__(daemon=True)
+        self.workdir = workdir
+        self.received: list[dict] = []
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.port = free_port()
+        self.hook_port = free_port()
+
+    def run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+            self.ready.set()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        daemon, sims = build(builtin_scenarios(), str(self.workdir), interval=0.5)
+        self.sims = sims
+        app = build_app(daemon, daemon.registry)
+        exporter = Listener(app, port=self.port)
+        await exporter.setup()
+        await exporter.open()
+
+        async def hook(request: web.Request) -> web.Response:
+            self.received.extend((await request.json())["alerts"])
+            return web.Response(text="ok")
+
+        hook_app = web.Application()
+        hook_app.router.add_post("/hook", hook)
+        receiver = Listener(hook_app, port=self.hook_port)
+        await receiver.setup()
+        await receiver.open()
+        tasks = [asyncio.create_task(s.run()) for s in sims]
+        self.ready.set()
+        await self.stop_event.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await exporter.cleanup()
+        await receiver.cleanup()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.join(timeout=15)
+
+
+def start_alertmanager(workdir, hook_port: int):
+    import subprocess
+
+    binary = need("prometheus-alertmanager")
+    port = free_port()
+    (workdir / "alertmanager.yml").write_text(f"""
+route:
+  receiver: hook
+  group_by: [alertname, server, gpu, stage]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: http://127.0.0.1:{hook_port}/hook
+        send_resolved: false
+""")
+    proc = subprocess.Popen([binary, f"--config.file={workdir / 'alertmanager.yml'}",
+                             f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--cluster.listen-address=", "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1):
+                return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError((workdir / "alertmanager.log").read_text())
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("alertmanager did not become ready")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    write_outputs(E2E, str(d / "gen"))
+    rig = Rig(d / "logs")
+    (d / "logs").mkdir()
+    rig.start()
+    rig.ready.wait(20)
+    if rig.error:
+        raise rig.error
+    am, am_port = start_alertmanager(d, rig.hook_port)
+    rules = "".join(f"  - {d / 'gen' / 'alerts' / n}\n" for n in
+                    ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml"))
+    prom = start_prometheus(d, f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files:
+{rules}
+alerting:
+  alertmanagers:
+    - static_configs: [{{targets: ["127.0.0.1:{am_port}"]}}]
+scrape_configs:
+  - job_name: vllm-headroom
+    static_configs: [{{targets: ["127.0.0.1:{rig.port}"], labels: {{}}}}]
+""")
+    yield rig, prom
+    prom.proc.terminate()
+    am.terminate()
+    rig.stop()
+    prom.proc.wait(10)
+    am.wait(10)
+
+
+def firing(rig: Rig) -> set[tuple[str, str, str]]:
+    """(alertname, server or gpu, stage) of every alert that reached the webhook."""
+    out = set()
+    for a in list(rig.received):
+        lab = a["labels"]
+        out.add((lab["alertname"], lab.get("server", "gpu" + lab.get("gpu", "")), lab.get("stage", "")))
+    return out
+
+
+EXPECTED = {
+    ("VllmRuntimeOOM", "runtime-oom-prefill", "prefill"),
+    ("VllmLoadingStageOOM", "loading-oom-weights", "weight_loading"),
+    ("VllmLoadingStageOOM", "loading-oom-kv-cache", "kv_cache_alloc"),
+    ("VllmKVCacheHeadroomCritical", "shrinking-headroom", ""),
+    ("VllmKVCacheHeadroomLow", "shrinking-headroom", ""),
+    ("VllmPreemptionsRising", "shrinking-headroom", ""),
+    ("VllmRequestsQueueingKVCacheFull", "shrinking-headroom", ""),
+    ("VllmPrefixCacheHitRatioCollapsed", "prefix-collapse", ""),
+    ("VllmGPUMemoryHeadroomCritical", "gpu3", ""),
+}
+
+
+def test_each_scenario_raises_its_alerts_and_no_others(stack):
+    rig, prom = stack
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and not EXPECTED <= firing(rig):
+        time.sleep(1)
+    got = firing(rig)
+    assert EXPECTED <= got, f"missing: {sorted(EXPECTED - got)}; got {sorted(got)}"
+    servers = {server for _, server, _ in got}
+    assert "healthy" not in servers, [g for g in got if g[1] == "healthy"]  # a healthy run pages nothing
+    # a loading-stage OOM never pages as a runtime OOM, and a runtime OOM is never a loading one
+    assert not {g for g in got if g[0] == "VllmRuntimeOOM" and g[1].startswith("loading-")}
+    assert not {g for g in got if g[0] == "VllmLoadingStageOOM" and g[1] == "runtime-oom-prefill"}
+    assert not {g for g in got if g[0].startswith("VllmGPUMemory") and g[1] != "gpu3"}
+    assert not {g for g in got if g[0] in ("VllmKVCacheHeadroomCritical", "VllmRequestsQueueingKVCacheFull")
+                and g[1] != "shrinking-headroom"}
+    labels = {a["labels"]["alertname"]: a["labels"] for a in rig.received}
+    assert labels["VllmRuntimeOOM"]["severity"] == "critical" and labels["VllmRuntimeOOM"]["routing"] == "page"
+    assert labels["VllmLoadingStageOOM"]["routing"] == "ticket"
+    ann = next(a["annotations"] for a in rig.received if a["labels"]["alertname"] == "VllmRuntimeOOM")
+    assert ann["runbook_url"].endswith("/VllmRuntimeOOM.md") and "prefill" in ann["summary"]
+
+
+def _substitute(expr: str, server: str) -> str:
+    return (expr.replace('"$server"', f'"{server}"').replace("$__rate_interval", "10s")
+            .replace("$job", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+
+
+def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):
+    rig, prom = stack
+    deadline = time.monotonic() + DEADLINE_S
+    pending: list = []
+    while time.monotonic() < deadline:
+        pending = []
+        for name, board in dashboards(E2E).items():
+            for title, expr in panel_queries(board):
+                answer = prom.query(_substitute(expr, "runtime-oom-prefill"))
+                assert answer["status"] == "success", (name, title, expr, answer.get("error"))
+                if not answer["data"]["result"]:
+                    pending.append((name, title, expr))
+        if not pending:
+            break
+        time.sleep(2)
+    assert not pending, f"panels without data: {pending}"
+
+
+def test_capacity_verdicts_follow_the_scenarios(stack):
+    rig, prom = stack
+    want = {"runtime-oom-prefill": ("migrate_or_scale", "runtime_oom"),
+            "loading-oom-weights": ("migrate_or_scale", "loading_oom"),
+            "healthy": ("tune_and_keep", "stable_headroom")}
+    deadline = time.monotonic() + DEADLINE_S
+    got: dict = {}
+    while time.monotonic() < deadline:
+        result = prom.query("server:vllm_headroom_capacity_verdict:7d")["data"]["result"]
+        got = {r["metric"]["server"]: (r["metric"]["verdict"], r["metric"]["reason"]) for r in result}
+        if all(got.get(k) == v for k, v in want.items()):
+            break
+        time.sleep(1)
+    for server, verdict in want.items():
+        assert got.get(server) == verdict, (server, got)
+    assert len([s for s in got if s == "healthy"]) == 1  # exactly one verdict per server
