@@ -8,27 +8,36 @@ careful scanner only when a value holds `\\`, `\"` or `\n`. A bad line is counte
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"\s*(,?)')
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: hashable, cheap to compare
 
 
-@dataclass(slots=True)
-class Sample:
-    name: str
-    labels: Labels
-    value: float
-    timestamp: float | None = None
+class Sample(tuple):
+    """(name, labels, value, timestamp): a tuple, because thousands are made per scrape and tuples are cheapest."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, labels: Labels, value: float, timestamp: float | None = None) -> "Sample":
+        return tuple.__new__(cls, (name, labels, value, timestamp))
+
+    name = property(itemgetter(0))
+    labels = property(itemgetter(1))
+    value = property(itemgetter(2))
+    timestamp = property(itemgetter(3))
 
     def label(self, key: str, default: str = "") -> str:
-        for k, v in self.labels:
+        for k, v in self[1]:
             if k == key:
                 return v
         return default
+
+    def __repr__(self) -> str:
+        return f"Sample(name={self[0]!r}, labels={self[1]!r}, value={self[2]!r}, timestamp={self[3]!r})"
 
 
 @dataclass(slots=True)
@@ -44,12 +53,61 @@ class ParseError(ValueError):
     pass
 
 
+# The shape every exporter writes: `name{labels} value [timestamp]`, single spaces. Broad negated classes
+# keep the regex engine fast; names are checked afterwards, once per distinct name.
+_SAMPLE_LINE = re.compile(r"\n([^#\n{ ]+)(?:\{([^\n}]*)\})? ([^ \n]+)(?: ([^ \n]+))?(?=\n|$)")
+# A literal prefix lets the regex engine skip ahead in C; `^` with re.M would test every position.
+_TYPE_LINE = re.compile(r"\n# TYPE (\S+)[ \t]+(\S+)")
+_HELP_LINE = re.compile(r"\n# HELP (\S+)(?:[ \t]([^\n]*))?")
+
+
 def parse(text: str) -> Exposition:
     """Parse a whole exposition. Samples keep their wire names (with `_total`, `_bucket`, `_created`)."""
+    eof = text.find("# EOF")
+    if eof != -1 and (eof == 0 or text[eof - 1] == "\n"):
+        text = text[:eof]
+    return _parse_fast(text) or _parse_careful(text)
+
+
+def _parse_fast(text: str) -> Exposition | None:
+    """The whole text through one regex, in C; None when any line is not the plain shape it expects."""
+    framed = "\n" + text  # every line starts after a newline: the regexes search for that literal, in C
+    found = _SAMPLE_LINE.findall(framed)
+    lines = framed.count("\n")
+    blank = framed.count("\n\n") + framed.endswith("\n")  # overlapping runs undercount: then the careful path
+    if len(found) != lines - blank - framed.count("\n#"):
+        return None
+    out = Exposition()
+    out.types = dict(_TYPE_LINE.findall(framed))
+    out.helps = {name: _unescape_help(h) for name, h in _HELP_LINE.findall(framed)}
+    cache: dict[str, Labels] = {"": ()}
+    pairs_seen: dict[str, tuple[str, str]] = {}
+    for _name, block, _value, _ts in found:  # label blocks repeat across families and buckets: parse each once
+        if block not in cache:
+            labels = _fast_labels(block, pairs_seen) if "\\" not in block else None
+            if labels is None:
+                return None
+            cache[block] = labels
+    for name in {f[0] for f in found}:
+        if not _NAME.match(name):
+            return None
+    new = tuple.__new__
+    try:
+        out.samples = [new(Sample, (name, cache[block], float(value), float(ts) if ts else None))
+                       for name, block, value, ts in found]
+    except ValueError:
+        return None
+    return out
+
+
+def _parse_careful(text: str) -> Exposition:
+    """Line by line, with escapes, exemplars and bad lines (counted and skipped)."""
     out = Exposition()
     samples = out.samples
     append = samples.append
     empty: Labels = ()
+    cache: dict[str, Labels] = {}  # label blocks repeat across families and buckets: parse each once
+    names_ok: set[str] = set()
     for line in text.split("\n"):
         if not line:
             continue
@@ -82,13 +140,26 @@ def parse(text: str) -> Exposition:
                 rest = parts[1:]
             else:
                 name = line[:brace].rstrip()
-                labels, end = _labels(line, brace + 1)
+                close = line.rfind("}")
+                labels = None
+                if close > brace and "\\" not in line and " # " not in line:
+                    block = line[brace + 1:close]
+                    labels = cache.get(block)
+                    if labels is None:
+                        labels = _fast_labels(block)
+                        if labels is not None and len(cache) < 100_000:
+                            cache[block] = labels
+                    end = close + 1
+                if labels is None:  # escapes, exemplars or an odd shape: the careful scanner decides
+                    labels, end = _labels(line, brace + 1)
                 rest = line[end:].split()
                 if not rest:
                     raise ParseError("no value")
-            if not _NAME.match(name):
-                raise ParseError("bad metric name")
-            value = _float(rest[0])
+            if name not in names_ok:
+                if not _NAME.match(name):
+                    raise ParseError("bad metric name")
+                names_ok.add(name)
+            value = float(rest[0])
             ts = None
             if len(rest) > 1 and rest[1] != "#":  # OpenMetrics exemplars follow ` # `
                 ts = float(rest[1])
@@ -100,11 +171,35 @@ def parse(text: str) -> Exposition:
     return out
 
 
-def _float(text: str) -> float:
-    v = float(text)  # accepts NaN, +Inf, -Inf, 1e3, as the format allows
-    if math.isnan(v):
-        return math.nan
-    return v
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _fast_labels(block: str, pairs_seen: dict[str, tuple[str, str]] | None = None) -> Labels | None:
+    """`a="x",b="y"` without escapes; None when the block is not exactly that (the careful path decides).
+
+    Pairs repeat far more than blocks do (every bucket has the same engine and model): each distinct
+    `key="value"` text is split once per parse.
+    """
+    if block.endswith(","):
+        block = block[:-1]
+    if not block.endswith('"'):
+        return None
+    seen = pairs_seen if pairs_seen is not None else {}
+    pairs = []
+    for part in block[:-1].split('",'):
+        pair = seen.get(part)
+        if pair is None:
+            eq = part.find('="')
+            if eq <= 0:
+                return None
+            key, value = part[:eq], part[eq + 2:]
+            if '"' in value or not _LABEL_NAME.match(key):
+                return None
+            pair = seen[part] = (key, value)
+        pairs.append(pair)
+    if len(pairs) > 1:
+        pairs.sort()
+    return tuple(pairs)
 
 
 def _labels(line: str, pos: int) -> tuple[Labels, int]:
