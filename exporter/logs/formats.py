@@ -53,9 +53,10 @@ def detect_format(sample: bytes) -> str:
     return "plain"
 
 
-def clean_text(raw: bytes) -> str:
+def clean_text(raw: bytes | str) -> str:
     """Decode leniently and drop ANSI colour codes and trailing line ends."""
-    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = text.rstrip("\r\n")
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     return text

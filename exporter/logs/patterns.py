@@ -190,3 +190,7 @@ FACT_HINT = re.compile(r"version|config:|non-default args|args: Namespace|Starti
 def number(text: str) -> float:
     """vLLM prints counts with thousands separators ("1,048,576"): read them as numbers."""
     return float(text.replace(",", ""))
+
+
+# One search that says whether a line can matter at all; most lines of a busy log say no.
+ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_PROC = re.compile(r"\((?P<proc>[A-Za-z][^()\n]{0,63}?) pid=(?P<pid>\d+)\)\s?")
+# One anchored match reads the whole prefix: the process tag, then vLLM's `LEVEL MM-DD HH:MM:SS [file.py:N]`
+# (older releases: `file.py:N]` without the bracket) or uvicorn's `LEVEL:`.
 _PREFIX = re.compile(
-    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
-    r"(?P<time>(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+"
-    r"\[?(?P<src>[^\]\s]{1,120}:\d+)\]\s?"
+    r"(?:\((?P<proc>[A-Za-z][^()\n]{0,63}?) pid=(?P<pid>\d+)\)\s?)?"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+    r"(?:\s+(?P<time>(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+\[?(?P<src>[^\]\s]{1,120}:\d+)\]\s?"
+    r"|:\s+))?"
 )
-_UVICORN = re.compile(r"(?P<level>INFO|WARNING|ERROR):\s+")
 _DP = re.compile(r"DP(\d+)")
 
 
@@ -34,27 +35,11 @@ class Record:
 
 def parse_record(text: str) -> Record:
     """Split one unwrapped line. Never fails: an unknown shape is all message."""
-    pos = 0
-    process = None
+    m = _PREFIX.match(text)
+    process, _pid, level, time, source = m.groups()
     dp_rank = None
-    if text.startswith("("):
-        m = _PROC.match(text)
-        if m:
-            process = m.group("proc")
-            d = _DP.search(process)
-            if d:
-                dp_rank = int(d.group(1))
-            pos = m.end()
-    level = time = source = None
-    m = _PREFIX.match(text, pos)
-    if m:
-        level = m.group("level")
-        time = m.group("time")
-        source = m.group("src")
-        pos = m.end()
-    else:
-        m = _UVICORN.match(text, pos)
-        if m:
-            level = m.group("level")
-            pos = m.end()
-    return Record(process, dp_rank, level, time, source, text[pos:])
+    if process is not None and "DP" in process:
+        d = _DP.search(process)
+        if d:
+            dp_rank = int(d.group(1))
+    return Record(process, dp_rank, level, time, source, text[m.end():])

@@ -137,6 +137,23 @@ class LogAnalyzer:
         if msg.startswith(P.TRACEBACK_START):
             self._frames_for(key).clear()
             return []
+        # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
+        # and the periodic stats line.
+        if msg.startswith("Received request"):
+            return []
+        if first.isdigit() and "HTTP/" in msg:
+            if P.ACCESS_OK.search(msg):
+                self._healthy()
+            return []
+        if "Avg prompt throughput" in msg:
+            m = P.STATS_LINE.search(msg)
+            if m:
+                self._stats(m)
+                return []
+        if not P.ANY_HINT.search(msg):
+            if _EXCEPTION_LINE.match(msg):
+                self._frames.pop(key, None)
+            return []
         when = line.time or rec.time
         new: list[Event] = []
         if P.OOM_HINT.search(msg):
@@ -156,13 +173,7 @@ class LogAnalyzer:
                     break
         if P.FACT_HINT.search(msg):
             self._facts(msg)
-        if "throughput" in msg:
-            m = P.STATS_LINE.search(msg)
-            if m:
-                self._stats(m)
-        elif "HTTP/" in msg and P.ACCESS_OK.search(msg):
-            self._healthy()
-        elif "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
+        if "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
             self._scheduler_dump(rec, msg)
         if _EXCEPTION_LINE.match(msg):  # the exception line closes its traceback
             self._frames.pop(key, None)

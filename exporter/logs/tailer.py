@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from exporter.config import LogSource
-from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, detect_format
+from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
 from exporter.logs.stages import LogAnalyzer, restore, snapshot
 
 log = logging.getLogger("vllm_headroom.logs")
@@ -317,6 +317,9 @@ class LogTailer:
         last_nl = data.rfind(b"\n")
         if last_nl == -1:
             self._buf = data
+        elif self._decoder is not None and self._decoder.format == "plain":
+            self._buf = data[last_nl + 1:]
+            fed += self._feed_plain(data[:last_nl + 1])
         else:
             self._buf = data[last_nl + 1:]
             lines = []
@@ -331,6 +334,33 @@ class LogTailer:
             self._skipped = len(self._buf) - self.max_line_bytes
             self._buf = self._buf[: self.max_line_bytes]
             self._skipping = True
+        return fed
+
+    def _feed_plain(self, complete: bytes) -> int:
+        """Plain logs, the common case: one decode per chunk, and no partial lines to track."""
+        texts = complete.decode("utf-8", errors="replace").split("\n")[:-1]
+        cap = self.max_line_bytes
+        fed = 0
+        feed = self.analyzer.feed
+        with self.lock:
+            number = self._line_no
+            for text in texts:
+                number += 1
+                cut = False
+                if len(text) > cap:
+                    encoded = text.encode("utf-8")
+                    if len(encoded) > cap:
+                        self.health.bytes_skipped += len(encoded) - cap
+                        self.health.lines_cut += 1
+                        text = encoded[:cap].decode("utf-8", errors="replace")
+                        cut = True
+                feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut))
+                fed += 1
+            self._line_no = number
+            self._offset += len(complete)
+            self._safe = (self._offset, number)
+            self.health.lines_read += fed
+            self._dirty = self._dirty or fed > 0
         return fed
 
     def _feed_lines(self, lines: list[tuple[bytes, int, bool]]) -> int:
