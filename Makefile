@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager
 
-.PHONY: install system-deps run demo test generate clean
+.PHONY: install system-deps bench-deps run demo test bench generate clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,18 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Benchmarks against the peers (mtail, wrk, node_exporter from Debian); writes docs/performance.md.
+bench-deps:
+	@for t in mtail wrk prometheus-node-exporter; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends mtail wrk prometheus-node-exporter >/dev/null; \
+	  else echo "make bench needs:$$missing -- sudo apt-get install mtail wrk prometheus-node-exporter" >&2; exit 1; fi; \
+	fi
+
+bench: $(STAMP) bench-deps
+	$(BIN)/python -m benchmarks.run
 
 generate: $(STAMP)
 	$(BIN)/vllm-headroom generate --out .

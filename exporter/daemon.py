@@ -50,6 +50,7 @@ class ServerState:
         self.windows: dict[tuple[str, str], derive.CounterWindow] = {}
         self.v0_rates: dict[str, float] = {}
         self.dropped_engines = 0
+        self._rendered: dict | None = None  # re-exported series as text, made once per scrape
 
     def update(self, result: ScrapeResult, now: float) -> None:
         self.scrapes += 1
@@ -66,6 +67,7 @@ class ServerState:
             self.up = False
             self.series = {}
             self.kv_usage = {}
+            self._rendered = None
             return
         if not self.up:
             log.info("%s: scraping %s (%d bytes)", self.name, self.config.url, result.size_bytes)
@@ -74,6 +76,7 @@ class ServerState:
         self.up = True
         self.last_success = time.time()
         self.series = result.series
+        self._rendered = None
         self.kv_usage = derive.kv_usage(result.series)
         self.cache_config = derive.cache_config(result.series)
         self.v0_rates = derive.v0_hit_rate(result.series)
@@ -85,6 +88,13 @@ class ServerState:
                     continue
                 w = self.windows[key] = derive.CounterWindow(self.window_s)
             w.add(now, hits, queries)
+
+    def reexported(self) -> dict:
+        if self._rendered is None:
+            from exporter.metrics import render_reexport
+
+            self._rendered = render_reexport(self.name, self.series)
+        return self._rendered
 
     def hit_ratios(self) -> dict[str, float]:
         """Per model: hits / queries over the window, summed over engines; absent without queries."""
@@ -188,13 +198,18 @@ class Daemon:
     async def _tail_loop(self) -> None:
         tailers = [s.tailer for s in self.servers.values() if s.tailer]
 
-        def poll_all() -> None:
-            for t in tailers:
+        def poll_all(due: list[LogTailer]) -> None:
+            for t in due:
                 t.poll()
 
         while True:
             try:
-                await asyncio.to_thread(poll_all)
+                due = [t for t in tailers if t.needs_poll()]  # stats here; reads in a thread, off the loop
+                if due:
+                    await asyncio.to_thread(poll_all, due)
+                for t in tailers:
+                    if t not in due:
+                        t.save_if_due()
                 self._tails_polled = True
             except asyncio.CancelledError:
                 raise

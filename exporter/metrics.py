@@ -10,8 +10,10 @@ import time
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample as PCSample
 
 from exporter import __version__, derive
+from exporter.encode import Rendered, sample_line
 from exporter.environment import CHECKS, evaluate, safe_version
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
 from exporter.vllm import names
@@ -35,6 +37,33 @@ def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 def _c(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=labels)
+
+
+def reexport_families() -> dict[str, tuple[str, str]]:
+    """wire family -> (our family name without prefix and `_total`, type)."""
+    out = {}
+    for wire, (ours, typ) in names.REEXPORT.items():
+        out[wire] = (ours[: -len("_total")] if typ == "counter" else ours, typ)
+    for wire, ours in names.REEXPORT_HISTOGRAMS.items():
+        out[wire] = (ours, "histogram")
+    return out
+
+
+def render_reexport(server: str, series: dict) -> dict[str, tuple[list, str]]:
+    """One server's re-exported samples and their text lines, per wire family."""
+    out = {}
+    for wire, (base, typ) in reexport_families().items():
+        name = P + base
+        parts = names.HISTOGRAM_PARTS if typ == "histogram" else ("_total" if typ == "counter" else "",)
+        samples = []
+        for part in parts:
+            source = series.get(wire + part if typ == "histogram" else wire, ())
+            for s in source:
+                labels = {"server": server, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
+                samples.append(PCSample(name + part, labels, s.value, None, None))
+        lines = [sample_line(x.name, x.labels, x.value, None) for x in samples]
+        out[wire] = (samples, "".join(lines))
+    return out
 
 
 class HeadroomCollector:
@@ -200,26 +229,14 @@ class HeadroomCollector:
         yield from (usage, headroom, cap, cap_log, mismatch, conc, hit, enabled, window)
 
     def _reexport(self, states: list["ServerState"]) -> Iterator[Metric]:
-        fams: dict[str, Metric] = {}
-        for wire, (ours, typ) in names.REEXPORT.items():
-            base = ours[: -len("_total")] if typ == "counter" else ours
-            fams[wire] = Metric(P + base, f"Re-exported {wire} with a server label.", typ)
-        hists = {wire: Metric(P + ours, f"Re-exported {wire} with a server label.", "histogram")
-                 for wire, ours in names.REEXPORT_HISTOGRAMS.items()}
+        """vLLM's own series with a `server` label: rendered once per scrape, reused by every /metrics answer."""
+        fams = {wire: Rendered(P + base, f"Re-exported {wire} with a server label.", typ)
+                for wire, (base, typ) in reexport_families().items()}
         for st in states:
-            if not st.up:
-                continue
-            for wire, fam in fams.items():
-                for s in st.series.get(wire, ()):
-                    labels = {"server": st.name, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
-                    fam.add_sample(fam.name + ("_total" if fam.type == "counter" else ""), labels, s.value)
-            for wire, fam in hists.items():
-                for part in names.HISTOGRAM_PARTS:
-                    for s in st.series.get(wire + part, ()):
-                        labels = {"server": st.name, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
-                        fam.add_sample(fam.name + part, labels, s.value)
+            if st.up:
+                for wire, (samples, text) in st.reexported().items():
+                    fams[wire].add_rendered(samples, text)
         yield from fams.values()
-        yield from hists.values()
 
     # -- GPUs and environment ---------------------------------------------------------------------
 

@@ -10,18 +10,22 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
+from exporter.encode import text_format
 
 if TYPE_CHECKING:
     from exporter.daemon import Daemon
 
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DAEMON_KEY: web.AppKey["Daemon"] = web.AppKey("daemon")
 REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry")
 
 
 async def metrics(request: web.Request) -> web.Response:
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = encoder(request.app[REGISTRY_KEY])
-    return web.Response(body=body, headers={"Content-Type": content_type})
+    registry = request.app[REGISTRY_KEY]
+    if "openmetrics" in content_type:
+        return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+    return web.Response(body=text_format(registry), headers={"Content-Type": TEXT_CONTENT_TYPE})
 
 
 async def landing(request: web.Request) -> web.Response:
@@ -51,7 +55,8 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="first collection not finished\n")
 
 
-def build_app(daemon: "Daemon", registry: CollectorRegistry) -> web.Application:
+def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True) -> web.Application:
+    """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
     app = web.Application()
     app[DAEMON_KEY] = daemon
     app[REGISTRY_KEY] = registry
@@ -59,5 +64,6 @@ def build_app(daemon: "Daemon", registry: CollectorRegistry) -> web.Application:
     app.router.add_get("/", landing)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.cleanup_ctx.append(daemon.lifecycle)
+    if background:
+        app.cleanup_ctx.append(daemon.lifecycle)
     return app

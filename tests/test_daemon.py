@@ -228,3 +228,31 @@ def test_engine_ready_drops_when_the_server_stops_answering(tmp_path):
             assert values(text, "vllm_headroom_target_up", server="prefill-0") == [0]
 
     asyncio.run(main())
+
+
+def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+    from exporter.encode import text_format
+
+    r = CollectorRegistry()
+    Gauge("g", 'doc with \\ and\nnewline', ["a"], registry=r).labels('v "q" \\ \n').set(float("nan"))
+    Counter("c", "c", ["b"], registry=r).labels("x").inc(1e21)
+    Histogram("h", "h", registry=r).observe(0.3)
+    Info("i", "i", registry=r).info({"k": "v"})
+    assert text_format(r) == generate_latest(r)
+
+    async def main():
+        async with Rig(tmp_path) as rig:
+            rig.big.serve_requests(3, 10, prompt_tokens=100, cached_tokens=50, output_tokens=5)
+            await rig.metrics()
+            # the daemon's whole registry, collected twice in a row: same bytes from both writers
+            a = text_format(rig.daemon.registry).decode()
+            b = generate_latest(rig.daemon.registry).decode()
+            strip = lambda t: [l for l in t.splitlines() if "collect_duration" not in l and not l.startswith(
+                ("process_", "vllm_headroom_gpu_memory_peak", "vllm_headroom_gpu_memory_headroom",
+                 "vllm_headroom_gpu_memory_used", "vllm_headroom_scrape_duration", "vllm_headroom_last_scrape",
+                 "python_gc"))]
+            assert strip(a) == strip(b)
+
+    asyncio.run(main())

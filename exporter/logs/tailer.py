@@ -27,6 +27,7 @@ log = logging.getLogger("vllm_headroom.logs")
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 STATE_VERSION = 1
+SAVE_EVERY_S = 10.0  # offsets and counters are saved together, so an older save re-reads, never recounts
 
 
 def _inode(path: str) -> int | None:
@@ -125,6 +126,16 @@ class LogTailer:
 
     # -- following the file -------------------------------------------------------------------
 
+    def needs_poll(self) -> bool:
+        """A stat instead of a read: most polls of a quiet log find nothing new."""
+        if self._fh is None or self.is_glob:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return st.st_ino != self._inode or st.st_size != self._last_size or bool(self._buf)
+
     def poll(self) -> int:
         """Read what is new; returns the number of lines fed. Never raises for file trouble."""
         self.health.last_poll = time.time()
@@ -138,9 +149,12 @@ class LogTailer:
             self.health.read_errors += 1
             log.warning("%s: reading %s failed: %s", self.server, self.path, exc)
             self._close()
-        if self._dirty and time.monotonic() - self._last_save >= 1.0:
-            self.save_state()
+        self.save_if_due()
         return fed
+
+    def save_if_due(self) -> None:
+        if self._dirty and time.monotonic() - self._last_save >= SAVE_EVERY_S:
+            self.save_state()
 
     def close(self) -> None:
         self.save_state(force=True)

@@ -1,0 +1,47 @@
+"""A fleet of simulated vLLM servers and growing logs in one process, for the serving and overhead benchmarks.
+
+Prints one JSON line {"ports": [...], "logs": [...]} once everything listens, then runs until killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from exporter.simulate.logs import VllmLogWriter
+from exporter.simulate.server import VllmStandIn, start
+from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
+
+
+async def main(n: int, workdir: str, lines_per_s: float) -> None:
+    metrics, ports, logs, writers = [], [], [], []
+    for i in range(n):
+        m = VllmMetrics(engines=2, model_name=f"model-{i % 4}")
+        _, port = await start(VllmStandIn(m).app())
+        path = os.path.join(workdir, f"vllm-{i}.log")
+        w = VllmLogWriter(path)
+        w.start()
+        w.weights_loaded()
+        w.kv_cache_sized()
+        w.ready()
+        metrics.append(m)
+        ports.append(port)
+        logs.append(path)
+        writers.append(w)
+    print(json.dumps({"ports": ports, "logs": logs}), flush=True)
+    tick = 0
+    while True:
+        for i, (m, w) in enumerate(zip(metrics, writers)):
+            for e in range(2):
+                m.set_load(e, EngineLoad(running=10 + tick % 5, waiting=tick % 3, kv_usage=0.4 + 0.1 * (tick % 5)))
+                m.serve_requests(e, 3, prompt_tokens=8000, cached_tokens=3000, output_tokens=300)
+            if lines_per_s:
+                w.stats(10, 0, 0.5, 0.4)  # two lines: a stats line and an access line
+        tick += 1
+        await asyncio.sleep(2.0 / lines_per_s if lines_per_s else 1.0)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 2.0))
