@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager
 
-.PHONY: install system-deps bench-deps run demo test bench generate clean
+.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,14 @@ bench-deps:
 
 bench: $(STAMP) bench-deps
 	$(BIN)/python -m benchmarks.run
+
+# The long property-test run: 25,000 inputs per property, 10^5 in all.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -q tests/test_fuzz.py
+
+# Memory over a 10-minute soak with churning DP engines and rotating logs.
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak
 
 generate: $(STAMP)
 	$(BIN)/vllm-headroom generate --out .

@@ -15,11 +15,14 @@ from exporter.simulate.server import VllmStandIn, start
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
 
-async def main(n: int, workdir: str, lines_per_s: float) -> None:
-    metrics, ports, logs, writers = [], [], [], []
+async def main(n: int, workdir: str, lines_per_s: float, churn: bool = False) -> None:
+    """With `churn`, DP engines come back renumbered every 20 s and logs are rotated by rename every 30 s."""
+    metrics, ports, logs, writers, standins = [], [], [], [], []
     for i in range(n):
         m = VllmMetrics(engines=2, model_name=f"model-{i % 4}")
-        _, port = await start(VllmStandIn(m).app())
+        standin = VllmStandIn(m)
+        standins.append(standin)
+        _, port = await start(standin.app())
         path = os.path.join(workdir, f"vllm-{i}.log")
         w = VllmLogWriter(path)
         w.start()
@@ -32,7 +35,19 @@ async def main(n: int, workdir: str, lines_per_s: float) -> None:
         writers.append(w)
     print(json.dumps({"ports": ports, "logs": logs}), flush=True)
     tick = 0
+    start_t = asyncio.get_running_loop().time()
+    last_churn = last_rotate = start_t
     while True:
+        now = asyncio.get_running_loop().time()
+        if churn and now - last_churn >= 20:
+            last_churn = now
+            for i, st in enumerate(standins):
+                metrics[i] = st.metrics = VllmMetrics(engines=2, model_name=f"model-{i % 4}",
+                                                      first_engine=(metrics[i].first_engine + 2) % 1000)
+        if churn and now - last_rotate >= 30:
+            last_rotate = now
+            for path in logs:
+                os.replace(path, path + ".1")
         for i, (m, w) in enumerate(zip(metrics, writers)):
             for e in range(2):
                 m.set_load(e, EngineLoad(running=10 + tick % 5, waiting=tick % 3, kv_usage=0.4 + 0.1 * (tick % 5)))
@@ -44,4 +59,5 @@ async def main(n: int, workdir: str, lines_per_s: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 2.0))
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 2.0,
+                     len(sys.argv) > 4 and sys.argv[4] == "churn"))

@@ -71,6 +71,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"vllm-headroom serve: --web.listen-address {address!r}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if args.web_config_file:
+        from dataclasses import replace
+
+        cfg = replace(cfg, web_config_file=args.web_config_file)
     try:
         from exporter.daemon import run
     except ImportError as exc:  # the daemon's own dependencies are missing
@@ -115,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the exporter daemon")
     p.add_argument("--config", help="YAML config file (default: one vLLM at 127.0.0.1:8000, GPUs auto-detected)")
     p.add_argument("--web.listen-address", dest="listen_address", help="override listen_address, e.g. :9478")
+    p.add_argument("--web.config.file", dest="web_config_file",
+                   help="TLS and basic auth, in the exporter-toolkit web config format")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("triage", help="find the first memory failure in vLLM logs and say what to do next",

@@ -27,7 +27,7 @@ from exporter.vllm.scrape import ScrapeResult, fetch_metrics
 
 log = logging.getLogger("vllm_headroom")
 TAIL_INTERVAL_S = 0.25
-MAX_ENGINES = 256  # DP engines kept per server; beyond this, series are dropped (and counted)
+MAX_ENGINES = 64  # (model_name, engine) pairs kept per server per scrape; the rest are dropped and counted
 
 
 class ServerState:
@@ -49,7 +49,8 @@ class ServerState:
         self.cache_config: dict[str, str] = {}
         self.windows: dict[tuple[str, str], derive.CounterWindow] = {}
         self.v0_rates: dict[str, float] = {}
-        self.dropped_engines = 0
+        self.dropped_series = 0
+        self._warned_cap = False
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
 
     def update(self, result: ScrapeResult, now: float) -> None:
@@ -71,6 +72,7 @@ class ServerState:
             return
         if not self.up:
             log.info("%s: scraping %s (%d bytes)", self.name, self.config.url, result.size_bytes)
+        result.series = self._cap(result.series)
         if result.reason:
             self.errors[result.reason] += 1
         self.up = True
@@ -80,14 +82,32 @@ class ServerState:
         self.kv_usage = derive.kv_usage(result.series)
         self.cache_config = derive.cache_config(result.series)
         self.v0_rates = derive.v0_hit_rate(result.series)
-        for key, (hits, queries) in derive.prefix_counters(result.series).items():
+        counters = derive.prefix_counters(result.series)
+        for key, (hits, queries) in counters.items():
             w = self.windows.get(key)
             if w is None:
-                if len(self.windows) >= MAX_ENGINES:
-                    self.dropped_engines += 1
-                    continue
                 w = self.windows[key] = derive.CounterWindow(self.window_s)
             w.add(now, hits, queries)
+        for key in [k for k, w in self.windows.items() if k not in counters and w.points[-1].t < now - self.window_s]:
+            del self.windows[key]  # an engine gone for longer than the window: forget it (churning DP engines)
+
+    def _cap(self, series: dict) -> dict:
+        """Keep the first MAX_ENGINES (model_name, engine) pairs; count the samples of the rest as dropped."""
+        keys = sorted({(s.label("model_name"), s.label("engine")) for group in series.values() for s in group})
+        if len(keys) <= MAX_ENGINES:
+            return series
+        keep = set(keys[:MAX_ENGINES])
+        out = {}
+        for name, group in series.items():
+            kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
+            self.dropped_series += len(group) - len(kept)
+            if kept:
+                out[name] = kept
+        if not self._warned_cap:
+            log.warning("%s: %d model/engine pairs, more than the %d kept; the rest are dropped and counted in "
+                        "vllm_headroom_series_dropped_total", self.name, len(keys), MAX_ENGINES)
+            self._warned_cap = True
+        return out
 
     def reexported(self) -> dict:
         if self._rendered is None:
@@ -224,13 +244,26 @@ def _host_port(listen: str) -> tuple[str, int]:
 
 
 def run(cfg: Config) -> int:
+    from exporter.config import ConfigError
     from exporter.server import build_app
+    from exporter.webconfig import load_web_config
 
+    web_config = None
+    if cfg.web_config_file:
+        try:
+            web_config = load_web_config(cfg.web_config_file)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                log.error("%s", problem)
+            return 2
+        log.info("web config %s: TLS %s, basic auth for %d user(s)", cfg.web_config_file,
+                 "on" if web_config.ssl_context else "off", len(web_config.users))
     daemon = Daemon(cfg)
     host, port = _host_port(cfg.listen_address)
-    app = build_app(daemon, daemon.registry)
+    app = build_app(daemon, daemon.registry, web_config=web_config)
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5)
+        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5,
+                    ssl_context=web_config.ssl_context if web_config else None)
     except OSError as exc:
         log.error("cannot listen on %s: %s", cfg.listen_address, exc)
         return 2

@@ -97,6 +97,8 @@ class HeadroomCollector:
         last = _g("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
         errs = _c("scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"])
         size = _g("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
+        dropped = _c("series_dropped", "vLLM samples dropped because the server showed more (model_name, engine) "
+                     "pairs than the cardinality cap.", ["server"])
         for st in states:
             up.add_metric([st.name], 1 if st.up else 0)
             if st.scrapes:
@@ -106,7 +108,8 @@ class HeadroomCollector:
                 last.add_metric([st.name], st.last_success)
             for reason in ERROR_REASONS:
                 errs.add_metric([st.name, reason], st.errors.get(reason, 0))
-        yield from (up, dur, last, errs, size)
+            dropped.add_metric([st.name], st.dropped_series)
+        yield from (up, dur, last, errs, size, dropped)
 
     # -- logs ----------------------------------------------------------------------------------
 

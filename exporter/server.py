@@ -11,6 +11,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.encode import text_format
+from exporter.webconfig import WebConfig, auth_middleware
 
 if TYPE_CHECKING:
     from exporter.daemon import Daemon
@@ -55,9 +56,11 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="first collection not finished\n")
 
 
-def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True) -> web.Application:
+def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True,
+              web_config: "WebConfig | None" = None) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
-    app = web.Application()
+    middlewares = [auth_middleware(web_config)] if web_config is not None and web_config.users else []
+    app = web.Application(middlewares=middlewares)
     app[DAEMON_KEY] = daemon
     app[REGISTRY_KEY] = registry
     app.router.add_get("/metrics", metrics)

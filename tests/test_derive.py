@@ -73,3 +73,20 @@ def test_kv_usage_clamped_and_failed_scrape_clears_it():
     assert s.kv_usage == {("m", "0"): 1.0}
     s.update(ScrapeResult(False, "refused"), 5)
     assert s.kv_usage == {} and not s.up and s.errors["refused"] == 1
+
+
+def test_cardinality_is_capped_and_counted():
+    from exporter.daemon import MAX_ENGINES
+
+    s = state()
+    engines = {str(e): (10, 100) for e in range(MAX_ENGINES + 36)}
+    s.update(result(engines), 0)
+    assert len(s.kv_usage) == MAX_ENGINES
+    assert s.dropped_series == 36 * 3  # hits, queries and usage of each engine over the cap
+
+
+def test_windows_of_engines_gone_for_longer_than_the_window_are_forgotten():
+    s = state(window=30)
+    for t in range(0, 300, 10):  # a new DP engine every scrape, each seen once (churn)
+        s.update(result({f"e{t}": (t, 2 * t + 1)}), t)
+    assert len(s.windows) <= 5

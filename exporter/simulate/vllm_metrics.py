@@ -54,6 +54,7 @@ class VllmMetrics:
     block_size: int = 64
     enable_prefix_caching: bool = True
     kv_cache_size_tokens: int | None = 2_715_392
+    first_engine: int = 0  # engine label of the first DP engine (a restarted DP group may come back renumbered)
     registry: CollectorRegistry = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,17 +109,21 @@ class VllmMetrics:
         cache = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                       list(info) + ["engine"], registry=r)
         for e in range(self.engines):
-            cache.labels(**info, engine=str(e)).set(1)
+            label = self._engine(e)
+            cache.labels(**info, engine=label).set(1)
             for metric in (self.running, self.waiting, self.kv):
-                metric.labels(self.model_name, str(e)).set(0)
+                metric.labels(self.model_name, label).set(0)
             for metric in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
                            self.prefix_hits):
-                metric.labels(self.model_name, str(e))
+                metric.labels(self.model_name, label)
             for reason in ("stop", "length", "abort", "error"):
-                self.success.labels(self.model_name, str(e), reason)
+                self.success.labels(self.model_name, label, reason)
+
+    def _engine(self, index: int) -> str:
+        return str(self.first_engine + index)
 
     def set_load(self, engine: int, load: EngineLoad) -> None:
-        e = (self.model_name, str(engine))
+        e = (self.model_name, self._engine(engine))
         self.running.labels(*e).set(load.running)
         self.waiting.labels(*e).set(load.waiting)
         self.kv.labels(*e).set(load.kv_usage)
@@ -126,7 +131,7 @@ class VllmMetrics:
     def serve_requests(self, engine: int, n: int, prompt_tokens: int, cached_tokens: int, output_tokens: int,
                        ttft_s: float = 0.2, queue_s: float = 0.01, preemptions: int = 0) -> None:
         """Account for n finished requests, as the engine's stats loggers would."""
-        e = (self.model_name, str(engine))
+        e = (self.model_name, self._engine(engine))
         self.prompt_tokens.labels(*e).inc(n * prompt_tokens)
         self.generation_tokens.labels(*e).inc(n * output_tokens)
         self.prefix_queries.labels(*e).inc(n * prompt_tokens)
