@@ -77,6 +77,7 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     prefix_cache_window_s: float = 300.0
     state_dir: str = "~/.local/state/vllm-headroom"
+    state_save_interval_s: float = 10.0  # offsets and counters saved together; a kill re-reads since the last save
     web_config_file: str | None = None
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
     source: str = "<defaults>"
@@ -213,7 +214,8 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     r = _Reader(source)
     top = r.section(data, "", {
         "listen_address": _listen, "servers": lambda v: v, "gpu": lambda v: v, "windows": lambda v: v,
-        "state_dir": _string, "web_config_file": _string, "environment": lambda v: v,
+        "state_dir": _string, "state_save_interval": _duration, "web_config_file": _string,
+        "environment": lambda v: v,
     })
     servers: list[ServerConfig] = []
     raw_servers = top.get("servers", None)
@@ -271,6 +273,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
                                                    ("fake_total_bytes", "fake_total_bytes")) if k1 in g}),
         prefix_cache_window_s=w.get("prefix_cache_hit_ratio", defaults.prefix_cache_window_s),
         state_dir=os.path.expanduser(top.get("state_dir", defaults.state_dir)),
+        state_save_interval_s=top.get("state_save_interval", defaults.state_save_interval_s),
         web_config_file=top.get("web_config_file"),
         environment=EnvironmentConfig(**e),
         source=source,

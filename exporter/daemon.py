@@ -141,7 +141,7 @@ class Daemon:
         self.cfg = cfg
         self.servers: dict[str, ServerState] = {}
         for sc in cfg.servers:
-            tailer = LogTailer(sc.name, sc.log, cfg.state_dir) if sc.log else None
+            tailer = LogTailer(sc.name, sc.log, cfg.state_dir, save_every_s=cfg.state_save_interval_s) if sc.log else None
             self.servers[sc.name] = ServerState(sc, cfg.prefix_cache_window_s, tailer)
         self.gpu: GpuSampler | None = None
         self._tasks: list[asyncio.Task] = []

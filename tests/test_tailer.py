@@ -168,3 +168,45 @@ def test_glob_follows_the_newest_pod_log(tmp_path):
     t2 = LogTailer("s", LogSource(str(tmp_path / "vllm_vllm-0_*" / "vllm" / "*.log")), str(tmp_path / "state"))
     t2.poll()
     assert ooms(t2) == 2  # resumed, not re-read
+
+
+def test_rotation_in_a_loop_by_rename_copytruncate_delete_and_recreate(tmp_path):
+    import random
+    import shutil
+
+    p = tmp_path / "v.log"
+    append(p, START)
+    t = tailer(tmp_path, p)
+    rng = random.Random(5)
+    written = 0
+    for i in range(60):
+        for _ in range(rng.randrange(1, 30)):
+            append(p, STATS)
+        if rng.random() < 0.5:
+            append(p, OOM, STATS)
+            written += 1
+        if rng.random() < 0.5:
+            t.poll()
+        how = i % 4
+        if how == 0:  # rename, new file
+            os.replace(p, str(p) + ".1")
+            append(p, START)
+        elif how == 1:  # copytruncate: copy to .1, truncate in place
+            shutil.copyfile(p, str(p) + ".1")
+            with open(p, "r+") as f:
+                f.truncate(0)
+        elif how == 2:  # deleted and recreated
+            t.poll()
+            os.remove(p)
+            t.poll()
+            append(p, START)
+        else:  # truncated mid-line by a writer that died, then it goes on
+            with open(p, "a") as f:
+                f.write(STATS[:20])
+            t.poll()
+            with open(p, "a") as f:
+                f.write(STATS[20:] + "\n")
+        t.poll()
+    t.poll()
+    assert ooms(t) == written and written > 10
+    assert t.health.rotations >= 15 and t.health.truncations >= 15

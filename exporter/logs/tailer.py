@@ -56,7 +56,8 @@ class TailHealth:
 
 
 class LogTailer:
-    def __init__(self, server: str, source: LogSource, state_dir: str | None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+    def __init__(self, server: str, source: LogSource, state_dir: str | None,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, save_every_s: float = SAVE_EVERY_S):
         self.server = server
         self.pattern = source.path  # a path, or a glob (Kubernetes pod logs): the newest match is followed
         self.is_glob = any(ch in source.path for ch in "*?[")
@@ -64,6 +65,7 @@ class LogTailer:
         self.format_setting = source.format
         self.state_path = os.path.join(state_dir, f"{server}.tail.json") if state_dir else None
         self.max_line_bytes = max_line_bytes
+        self.save_every_s = save_every_s
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
         self.analyzer = LogAnalyzer()
         self.health = TailHealth()
@@ -153,7 +155,7 @@ class LogTailer:
         return fed
 
     def save_if_due(self) -> None:
-        if self._dirty and time.monotonic() - self._last_save >= SAVE_EVERY_S:
+        if self._dirty and time.monotonic() - self._last_save >= self.save_every_s:
             self.save_state()
 
     def close(self) -> None:
@@ -231,7 +233,8 @@ class LogTailer:
         return True
 
     def _drain_rotated_sibling(self, saved: dict) -> None:
-        """The file we were reading was rotated while we were stopped: finish it from `path.1`."""
+        """Finish the file we were reading from `path.1`: renamed there while we were stopped, or copied there by
+        copytruncate before the truncation we just saw."""
         sibling = self.path + ".1"
         try:
             with open(sibling, "rb") as fh:
@@ -241,6 +244,7 @@ class LogTailer:
                     return
                 fh.seek(int(saved["offset"]))
                 self._line_no = int(saved["line"])
+                self._buf, self._skipping, self._skipped = b"", False, 0  # re-read from the sibling instead
                 self._decoder = LineDecoder(saved.get("format") or "plain", self.max_line_bytes)
                 log.info("%s: finishing the rotated %s from byte %s", self.server, sibling, saved["offset"])
                 self._consume_stream(fh, final=True)
@@ -270,6 +274,10 @@ class LogTailer:
             self._open()
             return fed
         if st.st_size < self._offset or self._replaced_in_place():
+            # copytruncate copied the file to path.1 first: what we had not read yet is there
+            self._drain_rotated_sibling({"fp_len": self._fp_len, "fingerprint": self._fp, "offset": self._offset,
+                                         "line": self._line_no, "format": self._decoder.format if self._decoder
+                                         else None})
             self.health.truncations += 1
             self.health.bytes_skipped += max(0, self._last_size - self._offset)  # written, never read
             log.info("%s: %s was truncated (copytruncate?); reading it again from the start", self.server, self.path)
