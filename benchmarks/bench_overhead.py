@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
-import yaml
-
-from benchmarks.common import free_port, record
+from benchmarks.common import record, serve_with_fleet
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -32,20 +27,7 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def main(seconds: int = 120, warmup: int = 15) -> list[dict]:
-    d = tempfile.mkdtemp()
-    fleet = subprocess.Popen([sys.executable, "-m", "benchmarks.fleet", "16", d, "2"], stdout=subprocess.PIPE,
-                             text=True)
-    info = json.loads(fleet.stdout.readline())
-    port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": os.path.join(d, "state"),
-           "gpu": {"backend": "fake", "fake_count": 8, "sample_interval": "100ms"},
-           "servers": [{"name": f"vllm-{i}", "url": f"http://127.0.0.1:{p}/metrics", "interval": "5s",
-                        "log": info["logs"][i]} for i, p in enumerate(info["ports"])]}
-    path = os.path.join(d, "headroom.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(cfg, f)
-    serve = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve, fleet, port = serve_with_fleet(16, "5s", 2)
     try:
         time.sleep(warmup)
         c0, t0 = cpu_seconds(serve.pid), time.monotonic()

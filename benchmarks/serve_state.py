@@ -26,10 +26,7 @@ def build(servers: int = 16) -> Daemon:
     for i in range(servers):
         path = os.path.join(d, f"vllm-{i}.log")
         w = VllmLogWriter(path)
-        w.start()
-        w.weights_loaded()
-        w.kv_cache_sized()
-        w.ready()
+        w.healthy_startup()
         logs.append(path)
     cfg = parse_config({"servers": [{"name": f"vllm-{i}", "log": logs[i]} for i in range(servers)],
                         "state_dir": os.path.join(d, "state"), "gpu": {"backend": "none"}}, "bench")

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
-import yaml
-
 from benchmarks.bench_overhead import peak_rss_mb
-from benchmarks.common import free_port, record
+from benchmarks.common import record, serve_with_fleet
 
 
 def rss_mb(pid: int) -> float:
@@ -25,21 +19,7 @@ def rss_mb(pid: int) -> float:
 
 
 def main(seconds: int = 600) -> list[dict]:
-    d = tempfile.mkdtemp()
-    fleet = subprocess.Popen([sys.executable, "-m", "benchmarks.fleet", "16", d, "4", "churn"],
-                             stdout=subprocess.PIPE, text=True)
-    info = json.loads(fleet.stdout.readline())
-    port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": os.path.join(d, "state"),
-           "gpu": {"backend": "fake", "fake_count": 8, "sample_interval": "100ms"},
-           "windows": {"prefix_cache_hit_ratio": "60s"},
-           "servers": [{"name": f"vllm-{i}", "url": f"http://127.0.0.1:{p}/metrics", "interval": "2s",
-                        "log": info["logs"][i]} for i, p in enumerate(info["ports"])]}
-    path = os.path.join(d, "headroom.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(cfg, f)
-    serve = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve, fleet, port = serve_with_fleet(16, "2s", 4, churn=True, window="60s")
     samples = []
     try:
         start = time.monotonic()

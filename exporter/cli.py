@@ -12,6 +12,13 @@ from exporter import __version__
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 
 
+def _problems(exc) -> int:
+    """Print every problem of a ConfigError, one a line; the exit code for bad input."""
+    for problem in exc.problems:
+        print(problem, file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
 def _cmd_triage(args: argparse.Namespace) -> int:
     from exporter.triage import UnreadableInput, render_text, triage_path
 
@@ -41,8 +48,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.file)
     except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
+        _problems(exc)
         print(f"{args.file}: {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
         return EXIT_BAD_INPUT
     logs = sum(1 for s in cfg.servers if s.log)
@@ -57,9 +63,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config) if args.config else default_config()
     except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _problems(exc)
     if args.listen_address:
         from dataclasses import replace
 
@@ -91,9 +95,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     try:
         thresholds = load_thresholds(args.thresholds)
     except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _problems(exc)
     written = write_outputs(thresholds, args.out)
     print(f"wrote {len(written)} files under {args.out}: " + ", ".join(sorted({w.split('/')[0] for w in written})))
     return EXIT_OK

@@ -56,18 +56,24 @@ def start_prometheus(workdir: Path, config: str) -> Prometheus:
                              "--log.level=warn", "--web.enable-lifecycle"],
                             stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    wait_ready(url, proc, workdir / "prometheus.log")
+    return Prometheus(url, proc)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+    """Wait for a Prometheus-style server's /-/ready; its log tells why when it exits instead."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError("prometheus exited: " + (workdir / "prometheus.log").read_text()[-2000:])
+            raise RuntimeError(f"{proc.args[0]} exited: " + log.read_text()[-2000:])
         try:
             with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
                 if r.status == 200:
-                    return Prometheus(url, proc)
+                    return
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("prometheus did not become ready in 30 s")
+    raise RuntimeError(f"{proc.args[0]} did not become ready in {timeout:g} s")
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from exporter.generate.thresholds import Thresholds
 from exporter.server import build_app
 from exporter.simulate.scenario import builtin_scenarios
 from exporter.simulate.server import Listener
-from tests.conftest import free_port, need, start_prometheus
+from tests.conftest import free_port, need, start_prometheus, wait_ready
 
 E2E = Thresholds(
     recording_interval="1s", weekly_interval="2s", prefix_fast_window="4s", prefix_baseline_window="1m",
@@ -109,17 +109,8 @@ receivers:
                              f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
                              "--cluster.listen-address=", "--log.level=warn"],
                             stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1):
-                return proc, port
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError((workdir / "alertmanager.log").read_text())
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("alertmanager did not become ready")
+    wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
+    return proc, port
 
 
 @pytest.fixture(scope="module")

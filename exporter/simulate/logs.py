@@ -89,6 +89,13 @@ class VllmLogWriter:
             "(APIServer pid=1) INFO:     Application startup complete.",
         ])
 
+    def healthy_startup(self) -> None:
+        """A whole start that ends ready, as one call."""
+        self.start()
+        self.weights_loaded()
+        self.kv_cache_sized()
+        self.ready()
+
     def stats(self, running: int, waiting: int, kv_usage: float, hit: float) -> None:
         self._write([
             self.api(f"Engine 000: Avg prompt throughput: {running * 850.0:.1f} tokens/s, Avg generation throughput: "
