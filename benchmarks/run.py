@@ -59,6 +59,12 @@ def write_doc() -> str:
             f"{la['trials']} trials: an OOM line appended to a followed log until `oom_events_total` shows it on "
             f"/metrics: p50 **{la['p50_s'] * 1e3:.0f} ms**, p99 **{la['p99_s'] * 1e3:.0f} ms**, max "
             f"{la['max_s'] * 1e3:.0f} ms."]
+    if "soak" in r:
+        so = r["soak"]["rows"][0]
+        out += ["", "## Memory soak (`make soak`)", "",
+                f"{so['duration_s']:.0f} s, 16 servers whose DP engines come back renumbered every 20 s, logs "
+                f"rotated every 30 s, scraped every 2 s: RSS {so['rss_first_minute_mb']:.1f} MB in the first "
+                f"minute, {so['rss_last_minute_mb']:.1f} MB in the last, peak {so['peak_rss_mb']:.1f} MB."]
     met = {
         "parse": min(x["speedup"] for x in p) >= 10,
         "logs": ratio >= 1.0,

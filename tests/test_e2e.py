@@ -9,10 +9,8 @@ that; everything else is the product as shipped.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-import urllib.request
 
 import pytest
 from aiohttp import web
