@@ -112,6 +112,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from exporter.report import Prometheus, PrometheusError, collect, parse_since, render_html
+
+    try:
+        since = parse_since(args.since)
+    except ValueError as exc:
+        print(f"vllm-headroom report: --since: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        data = collect(Prometheus(args.prometheus), since, args.end or time.time())
+    except PrometheusError as exc:
+        print(f"vllm-headroom report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(render_html(data))
+    json_path = args.json or os.path.splitext(args.out)[0] + ".json"
+    with open(json_path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+    print(f"wrote {args.out} and {json_path}: {len(data['servers'])} server(s)")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-headroom", description=__doc__)
     parser.add_argument("--version", action="version", version=f"vllm-headroom {__version__}")
@@ -141,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", help="YAML overriding the embedded default thresholds")
     p.add_argument("--out", default=".", help="directory to write alerts/, dashboards/, docs/runbooks/ into")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("report", help="the weekly capacity review as HTML and JSON, from Prometheus")
+    p.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    p.add_argument("--since", default="7d", help="how far back (default 7d)")
+    p.add_argument("--out", default="report.html")
+    p.add_argument("--json", help="where the JSON goes (default: beside --out)")
+    p.add_argument("--end", type=float, help=argparse.SUPPRESS)  # Unix time; tests and re-runs of a past week
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("demo", help="simulated vLLM servers and the daemon on 127.0.0.1, for a first look")
     p.add_argument("--port", type=int, default=9478, help="the exporter's port (default 9478)")

@@ -27,6 +27,19 @@ P = "vllm_headroom_"
 MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
                 "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
                 "cuda_graphs": ("graph_memory_gib",)}
+CONFIG_FACTS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+                "max_num_seqs", "gpu_memory_utilization", "enable_prefix_caching")
+
+
+def _number_label(value: object) -> str:
+    """A log fact as a label value only when it is a number or a boolean: never free text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    return ""
+
+
 STARTUP_STAGES = ("weight_loading", "torch_compile", "memory_profiling", "graph_capture", "engine_init",
                   "time_to_ready")
 
@@ -296,10 +309,17 @@ class HeadroomCollector:
             v = safe_version(st.log_facts().get("vllm_version"))
             if v:
                 vinfo.add_metric([st.name, v], 1)
+        cfg = _g("vllm_config_info", "What each server's startup log states of its parallel layout and limits "
+                 "(numbers only); always 1.", ["server"] + list(CONFIG_FACTS))
+        for st in states:
+            facts = st.log_facts()
+            values = [_number_label(facts.get(k)) for k in CONFIG_FACTS]
+            if any(values):
+                cfg.add_metric([st.name] + values, 1)
         check = _g("environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.",
                    ["check"])
         results = evaluate(self.d.cfg.environment, vendor, driver, models, versions)
         for name in CHECKS:
             if name in results:
                 check.add_metric([name], 1 if results[name] else 0)
-        yield from (info, vinfo, check)
+        yield from (info, vinfo, cfg, check)
