@@ -115,11 +115,12 @@ def collect(prom: Prometheus, since_s: float, end: float, t: Thresholds | None =
     }
     for name in servers:
         sel = f'server="{name}"'
-        verdict = prom.query(f"last_over_time(server:vllm_headroom_capacity_verdict:7d{{{sel}}}[1h])", end)
+        recent = prom.range(f"server:vllm_headroom_capacity_verdict:7d{{{sel}}}", end - 6 * 3600, end, 900)
+        verdict = sorted(recent, key=lambda r: float(r["values"][-1][0]))[-1:]  # the newest verdict only
         head = prom.range(f"server:vllm_headroom_kv_cache_headroom_ratio:min{{{sel}}}", start, end, step)
         running = prom.range(f"server:vllm_headroom_requests_running:sum{{{sel}}}", start, end, step)
         hit = prom.range(f"{t.hit_ratio_baseline}{{{sel}}}", start, end, max(step, 3600))
-        span = int(max(3 * step, 900))  # several scrapes in each window, or `increase` sees one sample
+        span = int(max(3 * step, 3600))  # several scrapes in each window, or `increase` sees one sample
         ooms = prom.range(f"sum by (stage, phase) (increase(vllm_headroom_oom_events_total{{{sel}}}[{span}s])) > 0",
                           start, end, step)
         cfg = prom.query(f"last_over_time(vllm_headroom_vllm_config_info{{{sel}}}[{window}])", end)

@@ -47,13 +47,13 @@ class Prometheus:
         return self.get("/api/v1/query", query=expr)
 
 
-def start_prometheus(workdir: Path, config: str) -> Prometheus:
+def start_prometheus(workdir: Path, config: str, *extra: str) -> Prometheus:
     binary = need("prometheus")
     port = free_port()
     (workdir / "prometheus.yml").write_text(config)
     proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
                              f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--log.level=warn", "--web.enable-lifecycle"],
+                             "--log.level=warn", "--web.enable-lifecycle", *extra],
                             stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"))
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc, workdir / "prometheus.log")

@@ -1,116 +1,103 @@
-"""`vllm-headroom report` end to end: a week of history backfilled into a real Prometheus with
-`promtool tsdb create-blocks-from openmetrics`, the report made from its HTTP API, and the page rendered
-in headless Chromium (no console errors; a screenshot that shows the verdict table)."""
+"""`vllm-headroom report` end to end: a week of the simulator's history, backfilled into a real Prometheus
+with `promtool tsdb create-blocks-from openmetrics` (and the recording rules with `... from rules`), the
+report made from its HTTP API, and the page rendered in headless Chromium (no console errors; a
+screenshot that shows the verdict table)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-import math
 import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+import yaml
 
+from exporter.generate import write_outputs
+from exporter.generate.thresholds import Thresholds
+from exporter.simulate.history import write_history
 from tests.conftest import need, start_prometheus
 
-STEP = 300
-DAY = 86400
-
-
-def backfill_text(end: int) -> str:
-    start = end - 7 * DAY
-    times = list(range(start, end + 1, STEP))
-    fams: dict[str, tuple[str, list[str]]] = {}
-
-    def add(name: str, typ: str, labels: str, fn) -> None:
-        lines = fams.setdefault(name, (typ, []))[1]
-        sample = name + ("_total" if typ == "counter" else "")
-        for t in times:
-            v = fn(t)
-            if v is not None:
-                lines.append(f"{sample}{{{labels}}} {v} {t}")
-
-    base = 'job="vllm-headroom",instance="node-1:9478"'
-    for server, verdict, reason in (("steady", "tune_and_keep", "stable_headroom"),
-                                    ("oomy", "migrate_or_scale", "runtime_oom")):
-        s = f'{base},server="{server}"'
-        add("vllm_headroom_target_up", "gauge", s, lambda t: 1)
-        daily = (lambda t: 0.55 + 0.2 * math.sin(2 * math.pi * (t % DAY) / DAY)) if server == "steady" else \
-            (lambda t: max(0.02, 0.4 - 0.35 * ((t - start) / (7 * DAY))))
-        add("server:vllm_headroom_kv_cache_headroom_ratio:min", "gauge", s, daily)
-        add("server:vllm_headroom_requests_running:sum", "gauge", s, lambda t, d=daily: round(60 * (1 - d(t))))
-        add("server:vllm_headroom_prefix_cache_hit:ratio_increase1d", "gauge", s, lambda t: 0.6)
-        add("server:vllm_headroom_capacity_verdict:7d", "gauge", f'{s},verdict="{verdict}",reason="{reason}"',
-            lambda t: 1)
-        oom_at = start + 5 * DAY + 3600
-        add("vllm_headroom_oom_events", "counter", f'{s},stage="prefill",phase="runtime"',
-            lambda t: (1 if t >= oom_at else 0) if server == "oomy" else 0)
-        add("vllm_headroom_log_events", "counter", f'{s},event="engine_ready"',
-            lambda t: 1 + (1 if server == "oomy" and t >= oom_at + 600 else 0))
-        cfg = ('tensor_parallel_size="8",pipeline_parallel_size="1",data_parallel_size="2",max_model_len="1048576",'
-               'gpu_memory_utilization="0.92",enable_prefix_caching="true"')
-        if server == "steady":
-            cfg += ',max_num_seqs="64"'
-        add("vllm_headroom_vllm_config_info", "gauge", f"{s},{cfg}", lambda t: 1)
-    add("vllm_headroom_environment_info", "gauge", base + ',driver_version="580.65.06",cuda_driver_version="13.0",'
-        'gpu_model="NVIDIA GB300",gpu_count="8",vendor="nvidia"', lambda t: 1)
-    for check in ("driver_min_version", "gpu_count"):
-        add("vllm_headroom_environment_check", "gauge", f'{base},check="{check}"', lambda t: 1)
-    add("gpu:vllm_headroom_gpu_memory_headroom_ratio:min", "gauge", f'{base},gpu="0"', lambda t: 0.12)
-    add("vllm_headroom_gpu_memory_peak_used_bytes", "gauge", f'{base},gpu="0",uuid="GPU-0",gpu_model="NVIDIA GB300",'
-        'vendor="nvidia"', lambda t: 250 * 2**30)
-    out = []
-    for name, (typ, lines) in fams.items():
-        out.append(f"# TYPE {name} {typ}")
-        out.extend(lines)
-    return "\n".join(out) + "\n# EOF\n"
+def backfill_rules(promtool: str, prom, rules: str, start: int, end: int, out) -> None:
+    r = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", "-q", f"--start={start}", f"--end={end}",
+                        f"--url={prom.url}", f"--output-dir={out}", rules], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
 def week(tmp_path_factory):
+    """Simulator -> the daemon's collector at past times -> OpenMetrics -> blocks; then the recording rules and
+    the weekly rules backfilled by promtool from that Prometheus, in two passes (the second reads the first)."""
     promtool = need("promtool")
     d = tmp_path_factory.mktemp("week")
     end = (int(time.time()) // 3600 - 3) * 3600
-    (d / "week.om").write_text(backfill_text(end))
+    facts = write_history(str(d / "week.om"), end, step=900)
     data = d / "data"
     r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(d / "week.om"), str(data)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    prom = start_prometheus(d, "global: {scrape_interval: 1m}\n")
-    yield prom, end, d
+    rules = d / "rules"
+    write_outputs(Thresholds(recording_interval="15m", weekly_interval="1h"), str(rules))
+    # promtool evaluates each rule against what Prometheus already holds: rules that read other rules'
+    # output go in a later pass. Three passes: the fast rules, the weekly aggregates, the verdicts.
+    weekly = yaml.safe_load((rules / "alerts" / "vllm-headroom.weekly.yaml").read_text())["groups"][0]
+    passes = [rules / "alerts" / "vllm-headroom.recording.yaml"]
+    for i, keep in enumerate((lambda r: "labels" not in r, lambda r: "labels" in r)):
+        part = rules / f"weekly-{i}.yaml"
+        part.write_text(yaml.safe_dump({"groups": [dict(weekly, rules=[r for r in weekly["rules"] if keep(r)])]}))
+        passes.append(part)
+    config = "global: {scrape_interval: 1m}\n"
+    start = int(facts["start"])
+    # The history has a sample every 15 minutes and the weekly rules one an hour, each pass on its own
+    # evaluation offset: look back an hour (a live Prometheus scrapes every 15 s and needs none of this).
+    lookback = "--query.lookback-delta=61m"
+    for path in passes:
+        prom = start_prometheus(d, config, lookback)
+        backfill_rules(promtool, prom, str(path), start, end, d / "rule-blocks")
+        prom.proc.terminate()
+        prom.proc.wait(10)
+        for block in (d / "rule-blocks").iterdir():
+            shutil.move(str(block), data / block.name)
+    prom = start_prometheus(d, config, lookback)
+    yield prom, end, d, facts
     prom.proc.terminate()
     prom.proc.wait(10)
 
 
 def test_report_from_a_backfilled_week(week):
-    prom, end, d = week
+    prom, end, d, facts = week
     out = d / "report.html"
     r = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", prom.url, "--since", "7d",
                         "--out", str(out), "--end", str(end)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     data = json.loads((d / "report.json").read_text())
     by = {s["server"]: s for s in data["servers"]}
+    assert sorted(by) == facts["servers"]
     assert (by["steady"]["verdict"], by["steady"]["reason"]) == ("tune_and_keep", "stable_headroom")
-    assert (by["oomy"]["verdict"], by["oomy"]["reason"]) == ("migrate_or_scale", "runtime_oom")
-    assert [(e["stage"], e["phase"]) for e in by["oomy"]["oom_events"]] == [("prefill", "runtime")]
+    assert (by["shrinking"]["verdict"], by["shrinking"]["reason"]) == ("migrate_or_scale", "runtime_oom")
+    events = by["shrinking"]["oom_events"]
+    assert [(e["stage"], e["phase"]) for e in events] == [("prefill", "runtime")]
+    when = dt.datetime.fromisoformat(events[0]["time"]).timestamp()
+    assert abs(when - facts["oom_at"]) <= 3600  # the failure shows where the simulator put it
     assert by["steady"]["oom_events"] == []
     assert 7 <= len(by["steady"]["headroom_per_day"]) <= 8
     day = by["steady"]["headroom_per_day"][2]
     assert day["min"] <= day["p05"] <= day["p50"] and 0.3 < day["min"] < 0.4
-    assert by["oomy"]["headroom_min"] < 0.1 and by["steady"]["stable_concurrency"] > 0
-    ev = {x["item"]: x for x in by["oomy"]["evidence"]}
-    assert ev["driver version"]["found"] and ev["parallel sizes (TP / PP / DP)"]["value"] == "8/1/2"
-    assert not ev["concurrency limit (max_num_seqs)"]["found"]  # the log of that server never said
+    assert by["shrinking"]["headroom_min"] < 0.05 and by["steady"]["stable_concurrency"] > 0
+    ev = {x["item"]: x for x in by["shrinking"]["evidence"]}
+    assert ev["driver version"]["found"] and ev["parallel sizes (TP / PP / DP)"]["value"] == "8/1/1"
+    assert not ev["concurrency limit (max_num_seqs)"]["found"]  # the simulated log never states it
+    assert ev["context limit (max_model_len)"]["value"] == "1048576"
     assert ev["recovery events (engine restarts)"]["found"]
-    assert {x["item"]: x for x in by["steady"]["evidence"]}["concurrency limit (max_num_seqs)"]["found"]
+    assert data["environment"]["checks"] and all(data["environment"]["checks"].values())
     page = out.read_text()
     assert page.count("<svg") >= 6 and "Migrate or scale" in page and "<script" not in page
 
 
 def test_report_renders_in_chromium_without_console_errors(week):
-    prom, end, d = week
+    prom, end, d, facts = week
     browser = shutil.which("chromium")
     if browser is None:
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
