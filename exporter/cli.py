@@ -116,6 +116,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import os
     import time
 
+    from exporter.config import ConfigError
+    from exporter.generate.thresholds import load_thresholds
     from exporter.report import Prometheus, PrometheusError, collect, parse_since, render_html
 
     try:
@@ -124,12 +126,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"vllm-headroom report: --since: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        data = collect(Prometheus(args.prometheus), since, args.end or time.time())
+        thresholds = load_thresholds(args.thresholds)  # the same file the rules were generated from
+    except ConfigError as exc:
+        return _problems(exc)
+    try:
+        data = collect(Prometheus(args.prometheus), since, args.end or time.time(), thresholds)
     except PrometheusError as exc:
         print(f"vllm-headroom report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with open(args.out, "w", encoding="utf-8") as fh:
-        fh.write(render_html(data))
+        fh.write(render_html(data, thresholds))
     json_path = args.json or os.path.splitext(args.out)[0] + ".json"
     with open(json_path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)
@@ -172,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default="7d", help="how far back (default 7d)")
     p.add_argument("--out", default="report.html")
     p.add_argument("--json", help="where the JSON goes (default: beside --out)")
+    p.add_argument("--thresholds", help="the thresholds file the rules were generated from (default: built in)")
     p.add_argument("--end", type=float, help=argparse.SUPPRESS)  # Unix time; tests and re-runs of a past week
     p.set_defaults(func=_cmd_report)
 
