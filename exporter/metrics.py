@@ -91,10 +91,11 @@ class HeadroomCollector:
         states = list(self.d.servers.values())
         yield from self._targets(states)
         yield from self._logs(states)
-        yield from self._kv(states)
+        facts = {st.name: st.log_facts() for st in states}  # one copy per scrape, under the tailer's lock
+        yield from self._kv(states, facts)
         yield from self._reexport(states)
         yield from self._gpus()
-        yield from self._environment(states)
+        yield from self._environment(states, facts)
         info = _g("build_info", "vllm-headroom's version; always 1.", ["version"])
         info.add_metric([__version__], 1)
         yield info
@@ -146,6 +147,7 @@ class HeadroomCollector:
                                   ["server"]),
             "log_bytes_skipped": _c("log_bytes_skipped", "Bytes not analysed: the rest of over-long lines, and "
                                     "bytes truncated away before they were read.", ["server"]),
+            "log_lines_cut": _c("log_lines_cut", "Lines over the length cap, cut to it.", ["server"]),
             "log_read_errors": _c("log_read_errors", "Errors opening or reading the log.", ["server"]),
         }
         present = _g("log_file_present", "1 if the configured log file exists.", ["server"])
@@ -169,8 +171,8 @@ class HeadroomCollector:
                 durations = dict(ep.startup)
                 facts = dict(ep.facts)
                 h = t.health
-                snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.read_errors,
-                        h.file_present, h.last_read)
+                snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.lines_cut,
+                        h.read_errors, h.file_present, h.last_read)
             # the log's word, unless the server stopped answering (a kill the log never saw, e.g. the kernel's)
             ready.add_metric([st.name], 1 if current == "ready" and (st.up or not st.scrapes) else 0)
             for s in ENGINE_STAGES:
@@ -189,16 +191,16 @@ class HeadroomCollector:
                 value = next((facts[k] for k in keys if isinstance(facts.get(k), (int, float))), None)
                 if value is not None:
                     memory.add_metric([st.name, part], value * 1024**3)
-            for fam, value in zip(health.values(), snap[:6]):
+            for fam, value in zip(health.values(), snap[:7]):
                 fam.add_metric([st.name], value)
-            present.add_metric([st.name], 1 if snap[6] else 0)
-            if snap[7] is not None:
-                last_read.add_metric([st.name], snap[7])
+            present.add_metric([st.name], 1 if snap[7] else 0)
+            if snap[8] is not None:
+                last_read.add_metric([st.name], snap[8])
         yield from (ready, stage, ooms, events, startup, memory, *health.values(), present, last_read)
 
     # -- KV cache and prefix cache -------------------------------------------------------------------
 
-    def _kv(self, states: list["ServerState"]) -> Iterator[Metric]:
+    def _kv(self, states: list["ServerState"], all_facts: dict[str, dict]) -> Iterator[Metric]:
         usage = _g("kv_cache_usage_ratio", "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc "
                    "(vllm:gpu_cache_usage_perc before 0.10).", ["server", "model_name", "engine"])
         headroom = _g("kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"])
@@ -217,7 +219,7 @@ class HeadroomCollector:
             for (model, engine), u in sorted(st.kv_usage.items()):
                 usage.add_metric([st.name, model, engine], u)
                 headroom.add_metric([st.name, model, engine], 1.0 - u)
-            facts = st.log_facts()
+            facts = all_facts[st.name]
             log_tokens = facts.get("kv_cache_tokens")
             metric_tokens = derive.capacity_from_config(st.cache_config)
             best = metric_tokens or log_tokens
@@ -293,12 +295,12 @@ class HeadroomCollector:
                     procs.add_metric([st.info.index, st.info.uuid, str(pid)], b)
         yield from (used, total, reserved, peak, head, up, errs, lost, procs, interval)
 
-    def _environment(self, states: list["ServerState"]) -> Iterator[Metric]:
+    def _environment(self, states: list["ServerState"], all_facts: dict[str, dict]) -> Iterator[Metric]:
         sampler = self.d.gpu
         driver = sampler.driver if sampler else {}
         models = [st.info.model for st in sampler.states.values()] if sampler else []
         vendor = next(iter(sampler.states.values())).info.vendor if sampler and sampler.states else None
-        versions = [v for v in (safe_version(st.log_facts().get("vllm_version")) for st in states) if v]
+        versions = [v for v in (safe_version(all_facts[st.name].get("vllm_version")) for st in states) if v]
         info = _g("environment_info", "The node's GPU environment; always 1.",
                   ["driver_version", "cuda_driver_version", "gpu_model", "gpu_count", "vendor"])
         if sampler is not None:
@@ -306,13 +308,13 @@ class HeadroomCollector:
                              models[0] if models else "", str(len(models)), vendor or ""], 1)
         vinfo = _g("vllm_info", "vLLM version per server, from its startup log; always 1.", ["server", "version"])
         for st in states:
-            v = safe_version(st.log_facts().get("vllm_version"))
+            v = safe_version(all_facts[st.name].get("vllm_version"))
             if v:
                 vinfo.add_metric([st.name, v], 1)
         cfg = _g("vllm_config_info", "What each server's startup log states of its parallel layout and limits "
                  "(numbers only); always 1.", ["server"] + list(CONFIG_FACTS))
         for st in states:
-            facts = st.log_facts()
+            facts = all_facts[st.name]
             values = [_number_label(facts.get(k)) for k in CONFIG_FACTS]
             if any(values):
                 cfg.add_metric([st.name] + values, 1)

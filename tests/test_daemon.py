@@ -133,6 +133,7 @@ def test_two_servers_eight_gpus_end_to_end(tmp_path):
             assert len(values(text, "vllm_headroom_gpu_memory_total_bytes")) == 8
             assert values(text, "vllm_headroom_gpu_memory_used_bytes", gpu="5") == [200 * 1024**3]
             assert values(text, "vllm_headroom_vllm_info", server="prefill-0", version="0.27.1") == [1]
+            assert values(text, "vllm_headroom_log_lines_cut_total", server="prefill-0") == [0]
             assert values(text, "vllm_headroom_startup_memory_bytes", server="prefill-0", part="kv_cache") == \
                 [64.82 * 1024**3]
             checks = {s.label("check"): s.value for s in parse(text).samples

@@ -29,7 +29,7 @@ def backfill_rules(promtool: str, prom, rules: str, start: int, end: int, out) -
 @pytest.fixture(scope="module")
 def week(tmp_path_factory):
     """Simulator -> the daemon's collector at past times -> OpenMetrics -> blocks; then the recording rules and
-    the weekly rules backfilled by promtool from that Prometheus, in two passes (the second reads the first)."""
+    the weekly rules backfilled by promtool from that Prometheus, in three passes (each reads the one before)."""
     promtool = need("promtool")
     d = tmp_path_factory.mktemp("week")
     end = (int(time.time()) // 3600 - 3) * 3600

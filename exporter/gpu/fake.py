@@ -23,7 +23,6 @@ class FakeGpuBackend:
         self._used = {str(i): int(total_bytes * 0.5) for i in range(count)}
         self._fail: dict[str, GpuError] = {}
         self._procs: dict[str, list[tuple[int, int]]] = {}
-        self.reads = 0
         self.driver_info = {"driver_version": "580.65.06", "cuda_driver_version": "13.0"}
 
     def devices(self) -> list[GpuInfo]:
@@ -49,7 +48,6 @@ class FakeGpuBackend:
         import time
 
         with self._lock:
-            self.reads += 1
             err = self._fail.get(index)
             if err is not None:
                 raise err

@@ -48,7 +48,6 @@ class GpuSampler:
         self._thread: threading.Thread | None = None
         self._next_procs = 0.0
         self.driver = backend.driver()
-        self.loop_seconds = 0.0  # time spent reading, for the self-metrics
 
     def start(self) -> None:
         if self._thread is None and self.states:
@@ -100,7 +99,6 @@ class GpuSampler:
                 st.last_success = time.time()
                 if procs is not None:
                     st.processes = procs
-        self.loop_seconds += time.monotonic() - start
 
     def _failed(self, st: GpuState, exc: GpuError, now: float) -> None:
         with self._lock:

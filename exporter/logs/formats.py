@@ -78,7 +78,6 @@ class LineDecoder:
         self._pending_start = 0
         self._pending_time: str | None = None
         self._pending_truncated = False
-        self.lines_truncated = 0
 
     def feed(self, raw: bytes, number: int, truncated: bool = False) -> LogLine | None:
         """Take one physical line (without or with its newline); return a whole line when one ends."""
@@ -157,8 +156,6 @@ class LineDecoder:
         if len(raw) > self.max_line_bytes:
             raw = raw[: self.max_line_bytes]
             truncated = True
-        if truncated:
-            self.lines_truncated += 1
         return LogLine(number, clean_text(raw), time, truncated)
 
 

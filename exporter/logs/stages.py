@@ -64,8 +64,6 @@ class Epoch:
     started: bool  # False for the part of a log written before any startup line
     stage: str = "loading_unknown"
     ready: bool = False
-    ready_line: int | None = None
-    ready_time: str | None = None
     crashed: bool = False
     kv_sized: bool = False
     events: int = 0
@@ -350,8 +348,6 @@ class LogAnalyzer:
             return []
         if what == "ready":
             ep.ready = True
-            ep.ready_line = line.number
-            ep.ready_time = when
             self._note_stage("ready", line, when)
             started = _parse_time(ep.start_time)
             ready_at = _parse_time(when)

@@ -52,7 +52,6 @@ class TailHealth:
     read_errors: int = 0
     file_present: bool = False
     last_read: float | None = None  # wall clock of the last poll that found new bytes
-    last_poll: float | None = None
 
 
 class LogTailer:
@@ -136,11 +135,10 @@ class LogTailer:
             st = os.stat(self.path)
         except OSError:
             return True
-        return st.st_ino != self._inode or st.st_size != self._last_size or bool(self._buf)
+        return st.st_ino != self._inode or st.st_size != self._last_size
 
     def poll(self) -> int:
         """Read what is new; returns the number of lines fed. Never raises for file trouble."""
-        self.health.last_poll = time.time()
         fed = 0
         try:
             if self._fh is None and not self._open(first=True):
@@ -207,7 +205,7 @@ class LogTailer:
         self._fh, self._inode = fh, st.st_ino
         self._fp, self._fp_len = _fingerprint(head), len(head)
         self.health.file_present = True
-        self._buf, self._skipping, self._skipped = b"", False, 0
+        self._reset_partial()
         saved, self._saved = self._saved, None
         start, line = 0, 0
         fmt = None
@@ -232,6 +230,10 @@ class LogTailer:
             self._decoder = LineDecoder(self.format_setting, self.max_line_bytes)
         return True
 
+    def _reset_partial(self) -> None:
+        """Forget a line read only in part (its rest will be read again, or never comes)."""
+        self._buf, self._skipping, self._skipped = b"", False, 0
+
     def _drain_rotated_sibling(self, saved: dict) -> None:
         """Finish the file we were reading from `path.1`: renamed there while we were stopped, or copied there by
         copytruncate before the truncation we just saw."""
@@ -244,7 +246,7 @@ class LogTailer:
                     return
                 fh.seek(int(saved["offset"]))
                 self._line_no = int(saved["line"])
-                self._buf, self._skipping, self._skipped = b"", False, 0  # re-read from the sibling instead
+                self._reset_partial()  # re-read from the sibling instead
                 self._decoder = LineDecoder(saved.get("format") or "plain", self.max_line_bytes)
                 log.info("%s: finishing the rotated %s from byte %s", self.server, sibling, saved["offset"])
                 self._consume_stream(fh, final=True)
@@ -316,7 +318,7 @@ class LogTailer:
             fed += self._feed_chunk(chunk)
         if final and (self._buf or self._skipping):  # a last line with no newline, in a file that will not grow
             fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped, self._skipping)])
-            self._buf, self._skipping, self._skipped = b"", False, 0
+            self._reset_partial()
         try:
             self._last_size = os.fstat(fh.fileno()).st_size
         except OSError:
@@ -333,7 +335,7 @@ class LogTailer:
                 return 0
             self.health.bytes_skipped += nl
             fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped + nl + 1, True)])
-            self._buf, self._skipping, self._skipped = b"", False, 0
+            self._reset_partial()
             chunk = chunk[nl + 1:]
         data = self._buf + chunk if self._buf else chunk
         last_nl = data.rfind(b"\n")

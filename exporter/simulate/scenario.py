@@ -94,7 +94,6 @@ class SimulatedServer:
         self.listener = Listener(self.standin.app(), port=port)
         self.log = VllmLogWriter(log_path)
         self.gpus = gpus
-        self.state = "stopped"
         self._carry = {"requests": 0.0, "preemptions": 0.0}
 
     async def run(self) -> None:
@@ -119,7 +118,6 @@ class SimulatedServer:
         action = step["action"]
         seconds = float(step.get("seconds", 0))
         if action == "start":
-            self.state = "loading"
             self.standin.serving = False
             await self.listener.close()
             self.metrics.restart()
@@ -138,14 +136,12 @@ class SimulatedServer:
             self.log.ready()
             self.standin.serving = True
             await self.listener.open()
-            self.state = "ready"
         elif action == "serve":
             await self._serve(step, seconds)
         elif action == "oom":
             self.log.oom(step["stage"])
             self.standin.serving = False
             await self.listener.close()
-            self.state = "crashed"
             self._gpu(0.0)
         elif action == "wait":
             await asyncio.sleep(seconds)

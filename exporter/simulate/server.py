@@ -8,11 +8,11 @@ from aiohttp import web
 
 from exporter.simulate.vllm_metrics import VllmMetrics
 
-FAULTS = ("ok", "http_500", "html", "garbage", "slow", "hang_mid_body", "huge")
 
 
 class VllmStandIn:
-    """Serves `metrics.render()` at /metrics like vLLM's API server; `fault` makes it misbehave."""
+    """Serves `metrics.render()` at /metrics like vLLM's API server; `fault` makes it misbehave: one of ok,
+    http_500, html, garbage, slow, hang_mid_body, huge."""
 
     def __init__(self, metrics: VllmMetrics, fault: str = "ok", slow_s: float = 10.0,
                  huge_bytes: int = 4 * 1024 * 1024) -> None:
@@ -20,11 +20,9 @@ class VllmStandIn:
         self.fault = fault
         self.slow_s = slow_s
         self.huge_bytes = huge_bytes
-        self.requests = 0
         self.serving = True  # False: the process is "dead": connections are dropped
 
     async def handle_metrics(self, request: web.Request) -> web.StreamResponse:
-        self.requests += 1
         if not self.serving:
             if request.transport is not None:
                 request.transport.close()  # what a dead process's kept-alive connection does

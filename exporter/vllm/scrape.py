@@ -23,7 +23,6 @@ class ScrapeResult:
     detail: str = ""  # for the daemon's own log, never a label
     duration_s: float = 0.0
     size_bytes: int = 0
-    parse_errors: int = 0
     series: dict[str, list[Sample]] = field(default_factory=dict)
 
 
@@ -59,10 +58,9 @@ async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max
     body = b"".join(chunks).decode("utf-8", errors="replace")
     expo = parse(body)
     if not expo.samples:
-        return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size,
-                            parse_errors=expo.errors)
+        return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size)
     series = normalize(expo.samples)
     if not series:
         return ScrapeResult(True, "no_vllm_metrics", "answered, but no vllm: series (--disable-log-stats?)",
-                            size_bytes=size, parse_errors=expo.errors)
-    return ScrapeResult(True, None, "", size_bytes=size, parse_errors=expo.errors, series=series)
+                            size_bytes=size)
+    return ScrapeResult(True, None, "", size_bytes=size, series=series)
