@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
 
-.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean
+.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean triage-score
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,10 @@ fuzz: $(STAMP)
 # Memory over a 10-minute soak with churning DP engines and rotating logs.
 soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak
+
+# Triage on the real-log corpus (tests/fixtures/real): phase and stage accuracy per split.
+triage-score: $(STAMP)
+	$(BIN)/python -m tests.real_corpus
 
 generate: $(STAMP)
 	$(BIN)/vllm-headroom generate --out .

@@ -65,6 +65,28 @@ def _capacity(facts: dict[str, Any]) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _environment(facts: dict[str, Any]) -> str:
+    """The image, driver and hardware as the log states them; what it does not state is said to be missing."""
+    version = facts.get("vllm_version")
+    image = f"the image (vLLM {version}" if version else "the image (the log does not state the vLLM version"
+    build = [f"{name} {facts[key]}" for key, name in (("cuda_version", "CUDA"), ("rocm_version", "ROCm"))
+             if facts.get(key)]
+    image += f", built for {' and '.join(build)})" if build else "; the CUDA/ROCm build is not in the log)"
+    driver = facts.get("driver_version")
+    driver_text = f"the driver ({driver})" if driver else "the driver (not in the log: check nvidia-smi or amd-smi)"
+    gpu = facts.get("gpu_model")
+    memory = facts.get("gpu_total_memory_gib")
+    if gpu or memory:
+        parts = [str(gpu)] if gpu else []
+        if memory:
+            parts.append(f"{memory:g} GiB per GPU as torch reports it")
+        hardware = f"the hardware ({', '.join(parts)}: count and memory against the model's footprint)"
+    else:
+        hardware = "the hardware (the log does not name the GPU: check its model, count and memory against the " \
+                   "model's footprint)"
+    return f"{image}, {driver_text}, {hardware}"
+
+
 def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: dict[str, int]) -> str:
     """The recommendation for one log, from its first memory failure (or its absence)."""
     if first_oom is None:
@@ -90,12 +112,10 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
             cap=_capacity(facts),
         )
         return (f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
-                f"here. Check first the image (vLLM{_fmt(facts.get('vllm_version'), ' ')}, a CUDA 13 build for "
-                f"GB300), the driver (R580 or newer), the hardware (GPU model, count and memory against the model's "
-                f"footprint) and the parallel topology ({topo}). {detail}")
+                f"here. Check first {_environment(facts)} and the parallel topology ({topo}). {detail}")
     detail = _RUNTIME_DETAIL.get(stage, _RUNTIME_DETAIL["runtime_unknown"])
     return (f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
             f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
-            f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching, "
-            f"VLLM_PREFIX_CACHE_RETENTION_INTERVAL); replay the same request set after each change and watch "
+            f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching; on "
+            f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set after each change and watch "
             f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom.")

@@ -158,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("triage", help="find the first memory failure in vLLM logs and say what to do next",
                        description="Exit codes: 0 no memory failure, 1 memory failure found, 2 unreadable input.")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="vLLM log file (plain, CRI or docker json), or - for stdin")
-    p.add_argument("--json", action="store_true", help="one JSON object per file (the DESIGN.md contract)")
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="vLLM log file (plain, CRI or docker json; gzip-compressed too), or - for stdin")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per file, one per line (JSON Lines when several files are given)")
     p.add_argument("--format", default="auto", choices=("auto", "plain", "cri", "docker"),
                    help="line format (default: detected per file)")
     p.set_defaults(func=_cmd_triage)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import sys
+import zlib
 from typing import Any, BinaryIO
 
 from exporter.advice import STAGE_LABELS, next_move
@@ -21,8 +23,12 @@ class UnreadableInput(Exception):
     """A log that cannot be opened or read at all (exit code 2)."""
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+SNIFF_BYTES = 64 * 1024
+
+
 def triage_stream(name: str, stream: BinaryIO, fmt: str = "auto") -> dict[str, Any]:
-    """Analyse one whole log; the report follows the `triage --json` contract in DESIGN.md."""
+    """Analyse one whole log; the report follows the `triage --json` contract (README)."""
     detected, lines = read_lines(stream, fmt)
     analyzer = LogAnalyzer()
     truncated = 0
@@ -32,13 +38,39 @@ def triage_stream(name: str, stream: BinaryIO, fmt: str = "auto") -> dict[str, A
     return build_report(name, detected, analyzer, truncated)
 
 
+def _open_log(name: str, raw: BinaryIO) -> BinaryIO:
+    """The log's text stream: gzip (how rotated logs sit) is read transparently; binary data is refused."""
+    head = raw.peek(SNIFF_BYTES)[:SNIFF_BYTES] if isinstance(raw, io.BufferedReader) else b""
+    stream: BinaryIO = raw
+    if head.startswith(GZIP_MAGIC):
+        stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+        head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
+    if _looks_binary(head):
+        raise UnreadableInput(f"{name}: not a text log (binary data in its first bytes); give the log file itself "
+                              f"(plain, CRI, docker json, or gzip of one of these)")
+    return stream
+
+
+def _looks_binary(head: bytes) -> bool:
+    """NUL bytes, or mostly bytes that are neither text nor UTF-8, in the first block."""
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") + sum(1 for ch in text if ch < " " and ch not in "\t\n\r\x1b\x0c")
+    return bad > len(text) * 0.1
+
+
 def triage_path(path: str, fmt: str = "auto") -> dict[str, Any]:
-    if path == "-":
-        return triage_stream("-", sys.stdin.buffer, fmt)
     try:
-        with open(path, "rb") as stream:
-            return triage_stream(path, stream, fmt)
-    except (IsADirectoryError, PermissionError, FileNotFoundError, OSError) as exc:
+        if path == "-":
+            return triage_stream("-", _open_log("-", sys.stdin.buffer), fmt)
+        with open(path, "rb") as raw:
+            return triage_stream(path, _open_log(path, raw), fmt)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise UnreadableInput(f"{path}: the gzip data is damaged or cut short ({exc})") from exc
+    except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UnreadableInput(f"{path}: cannot read this log: {reason}") from exc
 
@@ -49,7 +81,8 @@ def build_report(name: str, fmt: str, analyzer: LogAnalyzer, truncated: int = 0)
     first_oom = None
     if first is not None:
         first_oom = {"line": first.line, "time": first.time, "stage": first.stage, "phase": first.phase,
-                     "evidence": first.evidence, "cause": first.cause}
+                     "evidence": first.evidence, "cause": first.cause, "stage_evidence": first.stage_evidence,
+                     "confidence": first.confidence}
     facts: dict[str, Any] = {key: epoch.facts.get(key) for key in FACT_KEYS}
     facts.update({k: v for k, v in sorted(epoch.facts.items()) if k not in facts})
     startup: dict[str, Any] = {key: epoch.startup.get(key) for key in STARTUP_KEYS}
@@ -58,6 +91,7 @@ def build_report(name: str, fmt: str, analyzer: LogAnalyzer, truncated: int = 0)
         "file": name,
         "format": fmt,
         "first_oom": first_oom,
+        "recovered_memory_events": [ev.to_dict() for ev in analyzer.recovered],
         "ready_before_first_oom": bool(first is not None and first.ready_before),
         "events": [ev.to_dict() for ev in analyzer.events],
         "event_counts": counts,
@@ -68,6 +102,7 @@ def build_report(name: str, fmt: str, analyzer: LogAnalyzer, truncated: int = 0)
         "starts": sum(1 for ep in analyzer.epochs if ep.started),
         "lines": analyzer.lines,
         "lines_truncated": truncated,
+        "lines_unreadable": analyzer.line_errors,
         "next_move": next_move(first_oom, epoch.facts, counts),
     }
 
@@ -88,7 +123,11 @@ def render_text(report: dict[str, Any]) -> str:
         w(f"First memory failure: line {first['line']}{when}\n")
         w(f"  stage: {first['stage']} ({STAGE_LABELS.get(first['stage'], '')}), phase: {first['phase']}\n")
         w(f"  engine ready before it: {'yes' if report['ready_before_first_oom'] else 'no'}\n")
+        w(f"  decided by: {first['stage_evidence']} (confidence {first['confidence']})\n")
         w(f"  evidence: {first['evidence']}\n")
+    if report["recovered_memory_events"]:
+        w(f"Recovered memory events (vLLM caught them and went on): {len(report['recovered_memory_events'])}, "
+          f"first at line {report['recovered_memory_events'][0]['line']}\n")
     w(f"\nNext move: {report['next_move']}\n")
     if report["timeline"]:
         w("\nStartup timeline:\n")

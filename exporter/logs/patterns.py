@@ -1,9 +1,11 @@
 """What vLLM's log lines say, as patterns: stage markers, memory failures, other events, stated facts.
 
-Every pattern is written from vLLM's own format strings (see ../shared/vllm-reference.md and the fixture
+Every pattern is written from vLLM's own format strings (vllm/logger.py, the worker and engine modules; see the fixture
 headers for the source files) and matches key phrases loosely, with numbers as groups, because the
-wording drifts between releases. Memory-failure patterns are anchored at the start of the message: an
-exception line starts there, while a request log or a scheduler dump that quotes a user's prompt does not.
+wording drifts between releases. A memory failure is found where vLLM or torch put it: at the start of an
+exception line, or inside a line that relays it (`Worker failed with error 'CUDA out of memory ...'`, an
+`EngineDeadError` chain, an HTTP error body). Users' text is kept out by context, not by position: request
+logs, scheduler dumps and JSON bodies that carry prompts are never searched for failures.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ STAGES = LOADING_STAGES + RUNTIME_STAGES
 ENGINE_STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown",
                  "ready", "crashed", "unknown")
 
-EVENT_KINDS = ("oom", "engine_ready", "engine_crash", "preemption", "context_rejected",
+EVENT_KINDS = ("oom", "oom_recovered", "engine_ready", "engine_crash", "preemption", "context_rejected",
                "tool_call_parse_error", "comm_error", "illegal_memory_access")
 
 
@@ -71,7 +73,26 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
      "loading_unknown", "free_memory_below_utilization"),
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
-                      r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device")
+                      r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
+                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY")
+# The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
+# `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
+OOM_SIGNATURE = re.compile(
+    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver)? (?:error: )?out of memory"
+    r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)"
+    r"|(?P<kv>No available memory for the cache blocks"
+    r"|KV cache is needed, which is larger than the available KV cache memory"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache)"
+    r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
+)
+# Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
+USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
+                       r"|[\"']content[\"']|[\"']messages[\"']|[\"']input[\"']|[\"']text[\"']|HTTP/[\d.]+\"")
+# vLLM catches some memory errors and goes on (an autotuner skipping a configuration, a fallback):
+# the line says so. Those are recovered memory events, never the failure.
+ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
+RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|will retry|[Ii]gnor(?:e|ing)")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -88,7 +109,7 @@ EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 EVENT_HINT = re.compile(r"preempted|maximum context length|maximum model length|tool call|NCCL|RCCL"
                         r"|collective operation|DistBackend|nccl|illegal memory|Engine")
 # Kinds that one failure prints many times (once per rank, once per traceback): counted once per incident.
-INCIDENT_KINDS = frozenset({"oom", "engine_crash", "comm_error", "illegal_memory_access"})
+INCIDENT_KINDS = frozenset({"oom", "oom_recovered", "engine_crash", "comm_error", "illegal_memory_access"})
 
 # -- signs the engine is alive: they close an open incident -------------------------------------------
 STATS_LINE = re.compile(
@@ -103,23 +124,47 @@ TRACEBACK_START = "Traceback (most recent call last)"
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
 FRAME_FUNCS: dict[str, str] = {}
 for _stage, _funcs in {
+    # building the model and loading its weights, post-processing included (quantization repacks)
     "weight_loading": ("load_weights", "load_model", "_load_weights", "load_weights_and_postprocess",
-                       "download_model", "_get_weights_iterator"),
-    "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph"),
+                       "download_model", "_get_weights_iterator", "make_layers", "create_weights",
+                       "process_weights_after_loading", "initialize_model", "_initialize_model", "get_model",
+                       "_process_weights_after_loading", "load_model_weights"),
+    "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph", "capture_end",
+                      "capture_begin", "_warmup_and_capture"),
     "kv_cache_alloc": ("profile_run", "determine_available_memory", "initialize_kv_cache", "_initialize_kv_caches",
                        "get_kv_cache_config", "get_kv_cache_configs", "initialize_from_config",
                        "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors", "_reshape_kv_cache_tensors",
-                       "check_enough_kv_cache_memory", "determine_num_available_blocks", "initialize_cache",
-                       "_init_cache_engine", "allocate_kv_cache"),
+                       "check_enough_kv_cache_memory", "_check_enough_kv_cache_memory", "determine_num_available_blocks",
+                       "initialize_cache", "_init_cache_engine", "allocate_kv_cache", "_allocate_kv_cache",
+                       "memory_profiling", "_initialize_kv_cache", "init_cache_engine"),
+    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model"),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
+    # frames that exist only while serving: a step of the busy loop, a request in the API server
     "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
-                "step_with_batch_queue"),
+                "step_with_batch_queue", "run_busy_loop", "run_engine_loop", "engine_step", "step_async",
+                "create_chat_completion", "create_completion", "chat_completion_stream_generator",
+                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue"),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage
-# Paths whose frames only exist while torch.compile is compiling (not when compiled code runs).
+# Frames that say which step was running when a serving failure hit (attention backends' own paths).
+STEP_FUNCS = {
+    "_forward_prefill": "prefill", "forward_prefill": "prefill", "_run_prefill": "prefill",
+    "context_attention_fwd": "prefill", "forward_prefix": "prefill", "_prefill": "prefill",
+    "_forward_decode": "decode", "forward_decode": "decode", "paged_attention_v1": "decode",
+    "paged_attention_v2": "decode", "decode_attention_fwd": "decode", "_decode": "decode",
+}
+# Paths whose frames only exist while torch.compile is compiling (not when compiled code runs), or while a
+# CUDA graph is captured.
 COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
-                 "vllm/compilation/compiler_interface.py")
+                 "vllm/compilation/compiler_interface.py", "torch/_functorch/aot_autograd.py",
+                 "torch/_dynamo/output_graph.py", "torch/_inductor/graph.py")
+CAPTURE_PATHS = ("torch/cuda/graphs.py",)
+# Model classes are built inside a `torch.device` context: its frames during loading mean construction.
+CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
+MODEL_PATHS = ("vllm/model_executor/models/",)
+SERVING_PATHS = ("vllm/entrypoints/openai/serving_", "vllm/entrypoints/openai/chat_completion/",
+                 "vllm/entrypoints/openai/completion/")
 
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")
@@ -183,8 +228,18 @@ MAX_CONCURRENCY = re.compile(r"Maximum concurrency for " + NUM + r" tokens per r
 GPU_BLOCKS = re.compile(r"^# (?:GPU|\w+) blocks: (\d+)")
 GRAPH_CAPTURE = re.compile(r"^Graph capturing finished in " + NUM + r" secs?(?:, took " + NUM + r" GiB)?")
 ENGINE_INIT = re.compile(r"^init engine \(profile, create kv cache, warmup model\) took " + NUM + r" ?s")
-FACT_HINT = re.compile(r"version|config:|non-default args|args: Namespace|Starting to load|took|takes|KV cache|blocks:"
-                       r"|Maximum concurrency|Graph capturing|total_gpu_memory")
+# What the log says of the environment (nvidia-smi's header, vLLM's collect_env, torch's OOM message).
+ENV_FACTS = {
+    "driver_version": re.compile(r"(?:Driver Version|[Dd]river version): *(\d[\w.-]{0,20})"),
+    "cuda_version": re.compile(r"(?:CUDA Version|CUDA runtime version|CUDA used to build PyTorch): *(\d[\w.]{0,12})"),
+    "rocm_version": re.compile(r"(?:ROCM used to build PyTorch|ROCm version): *(\d[\w.-]{0,20})"),
+    "gpu_model": re.compile(r"\bGPU 0: ((?:NVIDIA|AMD|Intel)[\w -]{2,40}?)(?: \(UUID|$|,)"),
+    "gpu_total_memory_gib": re.compile(r"GPU \d+ has a total capac(?:i)?ty of " + r"(\d{1,6}(?:\.\d{1,4})?) ?GiB"),
+    "platform": re.compile(r"Automatically detected platform (\w{1,16})"),
+}
+FACT_HINT = re.compile(r"version|Version|total capac|detected platform|GPU 0: |config:|non-default args|args: Namespace"
+                       r"|Starting to load|took|takes|KV cache|blocks:|Maximum concurrency|Graph capturing"
+                       r"|total_gpu_memory")
 
 
 def number(text: str) -> float:

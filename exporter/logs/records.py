@@ -1,8 +1,11 @@
-"""vLLM's line shape: the process tag of V1 multi-process logs, then level, time and source.
+"""vLLM's line shape, under whatever the line was wrapped in on its way to us.
 
-`(EngineCore_DP1 pid=78) ERROR 08-16 12:00:01 [core.py:396] <message>`: every part but the message is
-optional, because tracebacks written straight to stderr carry only the process tag, and uvicorn's access
-lines have a shape of their own.
+`(EngineCore_DP1 pid=78) ERROR 08-16 12:00:01 [core.py:396] <message>` is vLLM's own shape; every part but
+the message is optional, because tracebacks written straight to stderr carry only the process tag, and
+uvicorn's access lines have a shape of their own. Logs that people actually have add more in front: Ray's
+`(RayWorkerWrapper pid=5, ip=10.0.0.2)`, torch's `[rank0]:`, nested process tags, docker compose's
+`vllm-1  | `, kubectl's or journald's timestamps, a `> ` quote marker or a pastebin line number. Those
+wrappers are peeled first, in any order, so the message underneath reads the same everywhere.
 """
 
 from __future__ import annotations
@@ -10,36 +13,94 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# One anchored match reads the whole prefix: the process tag, then vLLM's `LEVEL MM-DD HH:MM:SS [file.py:N]`
-# (older releases: `file.py:N]` without the bracket) or uvicorn's `LEVEL:`.
-_PREFIX = re.compile(
-    r"(?:\((?P<proc>[A-Za-z][^()\n]{0,63}?) pid=(?P<pid>\d+)\)\s?)?"
-    r"(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+# vLLM's `LEVEL MM-DD HH:MM:SS [file.py:N]` (older releases: `file.py:N]` without the bracket, some a year or
+# milliseconds) or uvicorn's `LEVEL:`.
+_LEVEL_PREFIX = re.compile(
+    r"(?P<level>" + _LEVEL + r")"
     r"(?:\s+(?P<time>(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+\[?(?P<src>[^\]\s]{1,120}:\d+)\]\s?"
-    r"|:\s+))?"
+    r"|:\s+)"
+)
+_PROCESS = re.compile(r"\(?(?:(?P<proc>[A-Za-z][^()\n]{0,80}?) )?pid=(?P<pid>\d+)(?:, ip=[^)\s]{1,64})?\)\s?")
+_RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
+# Wrappers that say nothing we keep: each is tried at the start of what is left, until none matches.
+_WRAPPERS = re.compile(
+    r">+ ?"  # a quote marker of a pasted reply
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # kubectl / docker --timestamps
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
+    r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "  # docker compose's service column
+    r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
+    r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
 )
 _DP = re.compile(r"DP(\d+)")
+_MAX_PEELS = 8
 
 
 @dataclass(slots=True)
 class Record:
     """A vLLM log line split into its parts."""
 
-    process: str | None  # e.g. "EngineCore_DP0", "APIServer", "VllmWorker TP0"
+    process: str | None  # e.g. "EngineCore_DP0", "APIServer", "VllmWorker TP0", or "rank0" from torch's tag
     dp_rank: int | None  # from the process tag, when it names one
     level: str | None
     time: str | None  # vLLM's own timestamp text
     source: str | None  # "core.py:396"
     message: str
+    wrapped: bool = False  # something was peeled off in front: the line is a line start, not a continuation
+
+    @property
+    def vllm_shaped(self) -> bool:
+        """The line carries vLLM's own prefix (a level or a process tag), not just free text."""
+        return self.level is not None or self.process is not None
+
+
+def _process_key(m: re.Match[str]) -> str:
+    """The innermost process tag names the process: Ray gives every worker the same name, so the pid stays."""
+    proc = m.group("proc")
+    return f"{proc} pid={m.group('pid')}" if proc else f"pid={m.group('pid')}"
 
 
 def parse_record(text: str) -> Record:
     """Split one unwrapped line. Never fails: an unknown shape is all message."""
-    m = _PREFIX.match(text)
-    process, _pid, level, time, source = m.groups()
+    pos = 0
+    process: str | None = None
+    rank: str | None = None
+    peeled = False
+    tagged = "pid=" in text[:400]
+    for _ in range(_MAX_PEELS):
+        m = _PROCESS.match(text, pos) if tagged else None
+        if m is not None:
+            process = _process_key(m)
+        else:
+            m = _RANK.match(text, pos)
+            if m is not None:
+                rank = "rank" + m.group("rank")
+            else:
+                m = _WRAPPERS.match(text, pos)
+                if m is None or m.end() == pos:
+                    break
+        pos = m.end()
+        peeled = True
+    level = time = source = None
+    m = _LEVEL_PREFIX.match(text, pos)
+    if m is not None:
+        level, time, source = m.group("level"), m.group("time"), m.group("src")
+        pos = m.end()
+        # A process tag or rank may follow the level on some launchers' lines.
+        for _ in range(2):
+            t = (_PROCESS.match(text, pos) if tagged else None) or _RANK.match(text, pos)
+            if t is None:
+                break
+            if t.re is _PROCESS:
+                process = _process_key(t)
+            else:
+                rank = "rank" + t.group("rank")
+            pos = t.end()
+    if process is None:
+        process = rank
     dp_rank = None
     if process is not None and "DP" in process:
         d = _DP.search(process)
         if d:
             dp_rank = int(d.group(1))
-    return Record(process, dp_rank, level, time, source, text[m.end():])
+    return Record(process, dp_rank, level, time, source, text[pos:], peeled)

@@ -24,6 +24,10 @@ EVIDENCE_CHARS = 240
 MAX_FRAMES = 64
 MAX_PROCESSES = 256
 MAX_EPOCHS = 64
+RELAY_LINES = 200  # how far below a traceback an error relaying it may stand and still use its frames
+# A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say.
+UNDECIDED_STAGE = "runtime_unknown"
+_LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
 
 
@@ -42,10 +46,12 @@ class Event:
     repeats: int = 0
     ready_before: bool = False
     epoch: int = 0
+    stage_evidence: str | None = None  # what decided the stage: message, frame, scheduler_dump, readiness, marker, ...
+    confidence: str | None = None  # high | medium | low
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"line": self.line, "time": self.time, "kind": self.kind}
-        for key in ("stage", "phase", "cause", "process", "evidence"):
+        for key in ("stage", "phase", "stage_evidence", "confidence", "cause", "process", "evidence"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -97,7 +103,13 @@ class LogAnalyzer:
         self.first_oom_epoch: Epoch | None = None
         self.epochs: list[Epoch] = [Epoch(0, 1, None, started=False)]
         self.lines = 0
+        self.line_errors = 0  # lines the analyzer could not read (counted, skipped)
+        self.recovered: list[Event] = []
         self._frames: dict[str | None, list[str]] = {}
+        self._recent_frames: tuple[int, list[str]] = (0, [])  # the last traceback's frames, for relayed errors
+        self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
+        self._partial_frame: str | None = None  # a frame line wrapped before its function name
+        self._kv_negative: Event | None = None
         self._last_step: dict[int | None, str] = {}
         self._open: dict[str, Event] = {}
         self._saw_runtime = False
@@ -109,15 +121,20 @@ class LogAnalyzer:
     # -- the per-line entry point -----------------------------------------------------------------
 
     def feed(self, line: LogLine) -> list[Event]:
+        """Never raises: a line the analyzer cannot read is counted in `line_errors` and skipped."""
         self.lines += 1
         text = line.text
-        if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
-            out: list[Event] = []
-            for part in text.split("\r"):
-                if part.strip():
-                    out.extend(self._feed_text(LogLine(line.number, part, line.time, line.truncated)))
-            return out
-        return self._feed_text(line)
+        try:
+            if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
+                out: list[Event] = []
+                for part in text.split("\r"):
+                    if part.strip():
+                        out.extend(self._feed_text(LogLine(line.number, part, line.time, line.truncated)))
+                return out
+            return self._feed_text(line)
+        except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
+            self.line_errors += 1
+            return []
 
     def _feed_text(self, line: LogLine) -> list[Event]:
         rec = parse_record(line.text)
@@ -128,10 +145,13 @@ class LogAnalyzer:
         first = msg[0]
         if first == " " or first == "\t" or msg.startswith('File "'):
             if 'File "' in msg:
-                m = P.FRAME.match(msg if first in " \t" else " " + msg)
-                if m:
-                    self._frame(key, m.group("path"), m.group("func"))
+                self._frame_line(key, msg if first in " \t" else " " + msg)
             return []
+        if self._partial_frame is not None:
+            partial, self._partial_frame = self._partial_frame, None
+            if not rec.wrapped and not rec.vllm_shaped:  # the rest of a frame line a terminal wrapped
+                self._frame_line(key, partial + msg)
+                return []
         if msg.startswith(P.TRACEBACK_START):
             self._frames_for(key).clear()
             return []
@@ -148,20 +168,21 @@ class LogAnalyzer:
             if m:
                 self._stats(m)
                 return []
+        tail, self._tail = self._tail, (msg[-160:] if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
-            if _EXCEPTION_LINE.match(msg):
-                self._frames.pop(key, None)
+            if tail and not (rec.wrapped or rec.vllm_shaped) and P.OOM_HINT.search(tail + msg):
+                return self._memory_failure(rec, line, tail + msg, msg)  # a failure split by a terminal's wrap
+            self._end_traceback(key, msg)
             return []
         when = line.time or rec.time
         new: list[Event] = []
         if P.OOM_HINT.search(msg):
-            for pattern, hint, cause in P.OOM_PATTERNS:
-                if pattern.match(msg):
-                    new += self._oom(rec, line, when, hint, cause)
-                    break
+            new += self._memory_failure(rec, line, msg, msg)
         if not new and P.EVENT_HINT.search(msg):
             for pattern, kind in P.EVENT_PATTERNS:
                 if pattern.search(msg):
+                    if kind == "engine_crash" and not (rec.vllm_shaped or _EXCEPTION_LINE.match(msg)):
+                        break  # the name quoted in some other program's line: not vLLM's own crash
                     new += self._event(rec, line, when, kind)
                     break
         if P.MARKER_HINT.search(msg):
@@ -171,11 +192,50 @@ class LogAnalyzer:
                     break
         if P.FACT_HINT.search(msg):
             self._facts(msg)
+            self._check_kv_negative(rec, line, when)
         if "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
             self._scheduler_dump(rec, msg)
-        if _EXCEPTION_LINE.match(msg):  # the exception line closes its traceback
-            self._frames.pop(key, None)
+        self._end_traceback(key, msg)
         return new
+
+    def _memory_failure(self, rec: Record, line: LogLine, text: str, msg: str) -> list[Event]:
+        """A memory failure at the start of the message, or relayed inside it; never one quoted from users' text."""
+        when = line.time or rec.time
+        for pattern, hint, cause in P.OOM_PATTERNS:
+            if pattern.match(text):
+                return self._oom(rec, line, when, hint, cause, msg)
+        m = P.OOM_SIGNATURE.search(text)
+        if m is None or P.USER_TEXT.search(text, 0, m.start()):
+            return []
+        if rec.level in ("INFO", "DEBUG", "WARNING", "WARN"):
+            if P.RECOVERED.search(text):
+                return self._emit(Event(line.number, when, "oom_recovered", evidence=_evidence(msg),
+                                        process=rec.process, cause="device_oom"))
+            if P.ADVISORY.search(text, 0, m.start()):
+                return []  # advice that mentions the words, not a failure
+        if m.group("kv"):
+            hint, cause = "kv_cache_alloc", "kv_cache_insufficient"
+        elif m.group("free"):
+            hint, cause = "loading_unknown", "free_memory_below_utilization"
+        elif "warming up sampler" in text:
+            hint, cause = "sampler", "sampler_warmup_oom"
+        else:
+            hint, cause = None, "device_oom"
+        return self._oom(rec, line, when, hint, cause, msg)
+
+    def _end_traceback(self, key: str | None, msg: str) -> None:
+        """The exception line closes its traceback; its frames stay at hand for errors that relay it."""
+        if _EXCEPTION_LINE.match(msg):
+            frames = self._frames.pop(key, None)
+            if frames:
+                self._recent_frames = (self.lines, frames)
+
+    def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> None:
+        """`Available KV cache memory: -3.2 GiB`: the cache cannot be allocated; the failure follows."""
+        kv = self.epoch.facts.get("kv_cache_memory_gib")
+        if self._kv_negative is None and isinstance(kv, (int, float)) and kv <= 0 and "KV cache memory" in rec.message:
+            self._kv_negative = Event(line.number, when, "oom", evidence=_evidence(rec.message), process=rec.process,
+                                      cause="kv_cache_negative")
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
 
@@ -187,10 +247,27 @@ class LogAnalyzer:
             frames = self._frames[key] = []
         return frames
 
+    def _frame_line(self, key: str | None, text: str) -> None:
+        m = P.FRAME.match(text)
+        if m is None:
+            if ", line " not in text or ", in " not in text:
+                self._partial_frame = text  # the function name may be on the next line
+            return
+        self._frame(key, m.group("path"), m.group("func"))
+
     def _frame(self, key: str | None, path: str, func: str) -> None:
-        tag = P.FRAME_FUNCS.get(func)
-        if tag is None and any(p in path for p in P.COMPILE_PATHS):
-            tag = "compile"
+        tag = P.FRAME_FUNCS.get(func) or P.STEP_FUNCS.get(func)
+        if tag is None:
+            if any(p in path for p in P.COMPILE_PATHS):
+                tag = "compile"
+            elif any(p in path for p in P.CAPTURE_PATHS):
+                tag = "graph_capture"
+            elif any(p in path for p in P.SERVING_PATHS):
+                tag = "runtime"
+            elif func == "__init__" and any(p in path for p in P.MODEL_PATHS):
+                tag = "weight_loading"  # a model class being built
+            elif any(p in path for p in P.CONSTRUCTION_PATHS):
+                tag = "construction"
         if tag is not None:
             frames = self._frames_for(key)
             if len(frames) < MAX_FRAMES:
@@ -209,45 +286,69 @@ class LogAnalyzer:
         self._last_step[rec.dp_rank] = step
         self._last_step[-1] = step  # the latest of any rank
 
-    def _runtime_step(self, rec: Record) -> str:
+    def _runtime_step(self, rec: Record, frames: list[str]) -> tuple[str, str, str]:
+        """Prefill or decode: the scheduler's dump of the failing step, else frames on one path only."""
         step = self._last_step.get(rec.dp_rank) if rec.dp_rank is not None else None
-        return step or self._last_step.get(-1) or "runtime_unknown"
+        step = step or self._last_step.get(-1)
+        if step:
+            return step, "scheduler_dump", "high"
+        for tag in reversed(frames):
+            if tag in ("prefill", "decode"):
+                return tag, "frame", "medium"
+        return "runtime_unknown", "", ""
 
-    # -- memory failures ----------------------------------------------------------------------------
+    def _current_frames(self, rec: Record) -> list[str]:
+        frames = self._frames.get(rec.process)
+        if frames:
+            return frames
+        at, recent = self._recent_frames
+        return recent if recent and self.lines - at <= RELAY_LINES else []
 
-    def _classify(self, rec: Record, hint: str | None) -> str:
+    def _classify(self, rec: Record, hint: str | None) -> tuple[str, str, str]:
+        """(stage, what decided it, confidence). Readiness first, then the message, frames, markers."""
         ep = self.epoch
-        frames = self._frames.get(rec.process) or []
-        tag = hint or (frames[-1] if frames else None)
-        if tag == "sampler":  # the sampler's dummy run serves both memory profiling and warm-up
-            if "kv_cache_alloc" in frames:
-                tag = "kv_cache_alloc"
-            elif ep.kv_sized or ep.stage in ("graph_capture", "warmup"):
-                tag = "warmup"
-            else:
-                tag = "kv_cache_alloc"
-        elif tag == "compile":
-            tag = "graph_capture"
+        frames = self._current_frames(rec)
         if ep.ready:  # after readiness a failure is a runtime one, whatever the frames
-            return self._runtime_step(rec)
-        if tag == "runtime":
-            if not ep.started:
-                return self._runtime_step(rec)
-            tag = None  # a step before readiness: trust the markers
-        if tag is not None:
-            return tag
-        if not ep.started:
-            return self._runtime_step(rec) if self._saw_runtime else "runtime_unknown"
-        return ep.stage if ep.stage in P.LOADING_STAGES else "loading_unknown"
+            stage, why, conf = self._runtime_step(rec, frames)
+            return stage, why or "readiness", conf or "medium"
+        if hint == "sampler":  # the sampler's dummy run serves memory profiling too, before the cache is sized
+            if "kv_cache_alloc" in frames:
+                return "kv_cache_alloc", "frame", "high"
+            if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
+                return "kv_cache_alloc", "marker", "medium"
+            sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
+            return "warmup", "message", "high" if sure else "medium"
+        if hint is not None:
+            return hint, "message", "high"
+        stage = _stage_from_frames(frames, ep)
+        if stage is None:
+            named = _stage_from_frames(_named_methods(rec.message), ep)
+            stage = (named[0], "message", named[2]) if named else None
+        if stage is not None:
+            return stage
+        if "runtime" in frames or (not ep.started and self._saw_runtime):
+            step, why, conf = self._runtime_step(rec, frames)
+            return step, why or ("frame" if "runtime" in frames else "serving"), conf or "medium"
+        if ep.started:
+            if ep.stage in P.LOADING_STAGES and ep.stage != "loading_unknown":
+                return ep.stage, "marker", "medium"
+            return "loading_unknown", "marker", "low"
+        return UNDECIDED_STAGE, "none", "low"
 
-    def _oom(self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str) -> list[Event]:
-        stage = self._classify(rec, hint)
-        ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(rec.message), rec.process, cause)
+    def _oom(self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str,
+             msg: str | None = None) -> list[Event]:
+        stage, why, confidence = self._classify(rec, hint)
+        ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(msg or rec.message), rec.process,
+                   cause, stage_evidence=why, confidence=confidence)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
-            self._kv_facts(rec.message)
+            self._kv_facts(msg or rec.message)
+        return self._count_oom(ev)
+
+    def _count_oom(self, ev: Event) -> list[Event]:
         out = self._emit(ev)
         if out:
-            self.oom_counts[(stage, ev.phase)] += 1
+            assert ev.stage is not None and ev.phase is not None
+            self.oom_counts[(ev.stage, ev.phase)] += 1
             if self.first_oom is None:
                 self.first_oom = ev
                 self.first_oom_epoch = self.epoch
@@ -270,8 +371,15 @@ class LogAnalyzer:
             facts.setdefault("kv_cache_tokens", int(m.group(1)))
 
     def _event(self, rec: Record, line: LogLine, when: str | None, kind: str) -> list[Event]:
+        out: list[Event] = []
+        neg = self._kv_negative
+        if kind == "engine_crash" and neg is not None and not self.epoch.ready and "oom" not in self._open:
+            # the engine died after vLLM found no memory left for the KV cache: that is the memory failure
+            neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
+            out += self._count_oom(neg)
+            self._kv_negative = None
         ev = Event(line.number, when, kind, evidence=_evidence(rec.message), process=rec.process)
-        out = self._emit(ev)
+        out += self._emit(ev)
         if kind == "engine_crash":
             self.epoch.crashed = True
         return out
@@ -290,6 +398,8 @@ class LogAnalyzer:
         self.counts[ev.kind] += 1
         if len(self.events) < self.max_events:
             self.events.append(ev)
+        if ev.kind == "oom_recovered" and len(self.recovered) < self.max_events:
+            self.recovered.append(ev)
         return [ev]
 
     def _healthy(self) -> None:
@@ -325,6 +435,7 @@ class LogAnalyzer:
         self._open.clear()
         self._last_step.clear()
         self._frames.clear()
+        self._kv_negative = None
         self._note_stage("loading_unknown", line, when)
 
     def _note_stage(self, stage: str, line: LogLine, when: str | None) -> None:
@@ -344,6 +455,9 @@ class LogAnalyzer:
             if not ep.started or ep.ready or ep.crashed:
                 self._new_epoch(line, when)
             return []
+        if ep.ready and what == "weight_loading" and line.text.find("Starting to load model") >= 0:
+            self._new_epoch(line, when)  # a restart whose first lines the excerpt does not hold
+            ep = self.epoch
         if ep.ready:
             return []
         if what == "ready":
@@ -357,6 +471,8 @@ class LogAnalyzer:
             return self._emit(Event(line.number, when, "engine_ready"))
         if ep.crashed:
             return []
+        if not ep.started:  # the log begins in the middle of a startup: it is under way all the same
+            ep.started, ep.start_line, ep.start_time = True, line.number, when
         stage = {
             "weight_loading": "weight_loading",
             "weights_loaded": "kv_cache_alloc",  # memory profiling (and torch.compile) follow the weights
@@ -405,12 +521,47 @@ class LogAnalyzer:
                 target[key] = convert(raw)
                 if key in _SIZES_THE_CACHE:
                     ep.kv_sized = True
+        for name, pattern in P.ENV_FACTS.items():
+            m = pattern.search(msg)
+            if m:
+                facts.setdefault(name, P.number(m.group(1)) if name.endswith("_gib") else m.group(1).strip())
         if "GiB" in msg:
             for split in (P.PROFILE_SPLIT, P.PROFILE_SPLIT_V0):
                 for name, pattern in split.items():
                     f = pattern.search(msg)
                     if f:
                         facts[name] = P.number(f.group(1))
+
+
+def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | None:
+    """The innermost startup step in the traceback (capture inside warm-up is capture), or None."""
+    for tag in reversed(frames):
+        if tag in _LOADING_FRAME_TAGS:
+            if tag == "compile":
+                return "graph_capture", "frame", "high"
+            if tag == "sampler":
+                if "kv_cache_alloc" in frames:
+                    return "kv_cache_alloc", "frame", "high"
+                warm = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
+                return ("warmup" if warm else "kv_cache_alloc"), "frame", "medium"
+            return tag, "frame", "high"
+    if "construction" in frames and "runtime" not in frames:
+        return "weight_loading", "frame", "medium"
+    return None
+
+
+_IDENTIFIER = re.compile(r"\b[a-z_][a-z0-9_]{5,60}\b")
+
+
+def _named_methods(message: str) -> list[str]:
+    """Stage tags of the vLLM methods a message names (`... while processing method determine_num_available_blocks:
+    CUDA out of memory`, `Call to collective_rpc method load_model failed`)."""
+    tags = []
+    for name in _IDENTIFIER.findall(message[:2000]):
+        tag = P.FRAME_FUNCS.get(name)
+        if tag is not None and tag != "runtime":
+            tags.append(tag)
+    return tags
 
 
 def _int(text: str) -> int:
@@ -497,6 +648,7 @@ def snapshot(a: LogAnalyzer) -> dict[str, Any]:
         "counts": dict(a.counts),
         "oom_counts": [[s, p, n] for (s, p), n in a.oom_counts.items()],
         "lines": a.lines,
+        "line_errors": a.line_errors,
         "epoch": {"index": ep.index, "start_line": ep.start_line, "start_time": ep.start_time, "started": ep.started,
                   "stage": ep.stage, "ready": ep.ready, "crashed": ep.crashed, "kv_sized": ep.kv_sized,
                   "events": ep.events, "facts": ep.facts, "startup": ep.startup},
@@ -513,6 +665,7 @@ def restore(data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
     a.counts = Counter({str(k): int(v) for k, v in data["counts"].items()})
     a.oom_counts = Counter({(str(s), str(p)): int(n) for s, p, n in data["oom_counts"]})
     a.lines = int(data["lines"])
+    a.line_errors = int(data.get("line_errors", 0))
     e = data["epoch"]
     ep = Epoch(int(e["index"]), int(e["start_line"]), e["start_time"], bool(e["started"]), str(e["stage"]),
                bool(e["ready"]), crashed=bool(e["crashed"]), kv_sized=bool(e["kv_sized"]), events=int(e["events"]),

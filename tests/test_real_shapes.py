@@ -1,0 +1,202 @@
+"""The shapes real pasted logs come in, one category at a time (the real corpus scores the whole; these say why).
+
+Each case is built the way the category shows up in users' logs: a relayed error inside a line, a launcher's
+prefix, a traceback fragment with no startup lines, a failure without the words "out of memory", a memory
+error vLLM caught and went on from.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+
+from exporter.logs.formats import LogLine
+from exporter.logs.stages import LogAnalyzer
+from exporter.triage import triage_stream
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+       "79.19 GiB of which 1.06 GiB is free.")
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def feed(lines: list[str]) -> LogAnalyzer:
+    a = LogAnalyzer()
+    for i, text in enumerate(lines, 1):
+        a.feed(LogLine(i, text))
+    return a
+
+
+def traceback(funcs: list[tuple[str, str]], last: str = OOM, prefix: str = "") -> list[str]:
+    """A Python traceback through (file under site-packages, function) frames, outermost first."""
+    lines = [f"{prefix}Traceback (most recent call last):"]
+    for path, func in funcs:
+        lines += [f'{prefix}  File "{SITE}/{path}", line 42, in {func}', f"{prefix}    x = y()"]
+    return lines + [f"{prefix}{last}"]
+
+
+LOAD = [("vllm/v1/engine/core.py", "__init__"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
+        ("vllm/model_executor/model_loader/base_loader.py", "load_model"),
+        ("vllm/model_executor/models/llama.py", "load_weights"), ("torch/nn/modules/module.py", "to")]
+PROFILE = [("vllm/v1/engine/core.py", "_initialize_kv_caches"), ("vllm/v1/worker/gpu_worker.py",
+           "determine_available_memory"), ("vllm/v1/worker/gpu_model_runner.py", "profile_run"),
+           ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run"), ("torch/nn/modules/module.py", "_call_impl")]
+CAPTURE = [("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
+           ("vllm/v1/worker/gpu_model_runner.py", "capture_model"), ("torch/cuda/graphs.py", "__exit__")]
+SAMPLER_WARMUP = [("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
+                  ("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"), ("vllm/v1/sample/sampler.py", "forward")]
+V0_PROFILE = [("vllm/worker/worker.py", "determine_num_available_blocks"), ("vllm/worker/model_runner.py", "profile_run"),
+              ("vllm/worker/model_runner.py", "execute_model"), ("vllm/model_executor/models/qwen2.py", "forward")]
+SERVING = [("vllm/v1/engine/core.py", "run_busy_loop"), ("vllm/v1/engine/core.py", "step"),
+           ("vllm/v1/executor/abstract.py", "execute_model"), ("vllm/v1/worker/gpu_model_runner.py", "execute_model")]
+MODEL_INIT = [("vllm/model_executor/model_loader/utils.py", "initialize_model"),
+              ("vllm/model_executor/models/deepseek_v2.py", "__init__"), ("torch/utils/_device.py", "__torch_function__")]
+
+
+def stage_of(lines: list[str]) -> tuple[str | None, str | None]:
+    a = feed(lines)
+    return (a.first_oom.stage, a.first_oom.stage_evidence) if a.first_oom else (None, None)
+
+
+def test_a_traceback_fragment_names_its_stage_by_its_frames():
+    assert stage_of(traceback(LOAD)) == ("weight_loading", "frame")
+    assert stage_of(traceback(PROFILE)) == ("kv_cache_alloc", "frame")
+    assert stage_of(traceback(CAPTURE)) == ("graph_capture", "frame")
+    assert stage_of(traceback(SAMPLER_WARMUP)) == ("warmup", "frame")
+    assert stage_of(traceback(MODEL_INIT)) == ("weight_loading", "frame")
+    # V0 profiled memory by running execute_model: still memory profiling, not serving
+    assert stage_of(traceback(V0_PROFILE)) == ("kv_cache_alloc", "frame")
+    assert stage_of(traceback(SERVING))[0] == "runtime_unknown"
+
+
+def test_stage_frames_under_launcher_prefixes():
+    for prefix in ("[rank0]: ", "(RayWorkerWrapper pid=4242, ip=10.0.0.2) ", "vllm-1  | ",
+                   "(APIServer pid=1) (EngineCore_DP0 pid=77) ", "2026-01-02T03:04:05.678Z ", "> "):
+        assert stage_of(traceback(CAPTURE, prefix=prefix)) == ("graph_capture", "frame"), prefix
+
+
+def test_a_memory_error_relayed_inside_a_line_counts():
+    relayed = [
+        "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] RuntimeError: Worker failed with error 'CUDA out "
+        "of memory. Tried to allocate 1.00 GiB', please check the stack trace above for the root cause",
+        "ERROR 08-16 12:00:02 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an "
+        "issue: OutOfMemoryError('HIP out of memory. Tried to allocate 512.00 MiB')",
+        "openai.InternalServerError: Error code: 500 - {'object': 'error', 'message': 'CUDA out of memory. Tried to "
+        "allocate 3.00 GiB'}",
+        "emory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity of 23.68 GiB of which 3.06 MiB is free.",
+    ]
+    for line in relayed:
+        a = feed([line])
+        assert a.counts["oom"] == 1, line
+
+
+def test_users_text_is_never_a_memory_failure():
+    quoted = [
+        f"INFO 08-16 12:00:05 [logger.py:40] Received request chatcmpl-1: prompt: 'why {OOM}', params: ...",
+        f'DEBUG 08-16 12:00:05 [serving_chat.py:1] body {{"messages": [{{"role": "user", "content": "{OOM}"}}]}}',
+        f"ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model execution: SchedulerOutput("
+        f"scheduled_new_reqs=[NewRequestData(req_id=z,prompt='{OOM}')])",
+        "WARNING 08-16 12:00:07 [gpu_worker.py:1] To avoid CUDA out of memory errors, consider lowering "
+        "gpu_memory_utilization.",
+        "Dec 03 10:00:00 node kernel: Out of memory: Killed process 4242 (python3) total-vm:900000kB",
+    ]
+    a = feed(quoted)
+    assert a.counts["oom"] == 0 and a.first_oom is None
+
+
+def test_engine_dead_error_quoted_by_another_program_is_not_a_crash():
+    a = feed(["my-client: request 17 failed, server said EngineDeadError, retrying"])
+    assert a.counts["engine_crash"] == 0
+    a = feed(["vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace above."])
+    assert a.counts["engine_crash"] == 1
+
+
+def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure():
+    lines = ["(EngineCore_DP0 pid=7) INFO 08-16 12:00:01 [gpu_worker.py:1] Available KV cache memory: -3.21 GiB",
+             "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] EngineCore failed to start."]
+    a = feed(lines)
+    assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.cause) == ("kv_cache_alloc", "kv_cache_negative")
+    assert a.first_oom.line == 1
+    # positive memory and a crash for another reason: no memory failure
+    a = feed([lines[0].replace("-3.21", "3.21"), lines[1]])
+    assert a.first_oom is None
+
+
+def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():
+    lines = ["INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m...",
+             "WARNING 08-16 12:00:30 [autotuner.py:1] [Autotuner]: Skipping tactic 3 due to failure: CUDA out of "
+             "memory. Tried to allocate 8.00 GiB",
+             "INFO 08-16 12:01:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000"]
+    a = feed(lines)
+    assert a.first_oom is None and a.counts["oom"] == 0
+    assert [ev.line for ev in a.recovered] == [2]
+    report = triage_stream("x", io.BytesIO("\n".join(lines).encode()))
+    assert report["first_oom"] is None and report["recovered_memory_events"][0]["line"] == 2
+
+
+def test_a_fragment_that_starts_mid_startup_is_a_loading_failure():
+    lines = ["Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:10<00:15,  5.01s/it]", OOM]
+    a = feed(lines)
+    assert (a.first_oom.stage, a.first_oom.phase) == ("weight_loading", "loading")
+
+
+def test_lines_a_terminal_wrapped_are_joined():
+    head = "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] RuntimeError: Worker failed with error 'CUDA o"
+    a = feed([head, "ut of memory', please check the stack trace above for the root cause"])
+    assert a.counts["oom"] == 1
+    frame = f'  File "{SITE}/vllm/v1/worker/gpu_model_runner.py", line 2'
+    a = feed(["Traceback (most recent call last):", frame, "183, in capture_model", OOM])
+    assert a.first_oom.stage == "graph_capture"
+
+
+def test_prefill_or_decode_from_frames_on_one_path_only():
+    ready = ["INFO:     Application startup complete."]
+    prefill = SERVING + [("vllm/attention/backends/mla/common.py", "_forward_prefill")]
+    decode = SERVING + [("vllm/attention/ops/paged_attn.py", "forward_decode")]
+    assert stage_of(ready + traceback(prefill)) == ("prefill", "frame")
+    assert stage_of(ready + traceback(decode)) == ("decode", "frame")
+    assert stage_of(ready + traceback(SERVING)) == ("runtime_unknown", "readiness")
+
+
+def test_a_number_too_long_for_python_costs_one_line_not_the_log():
+    poison = "INFO 08-16 12:00:01 [worker.py:1] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 1"
+    a = feed(["INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.6.3", poison] + traceback(LOAD))
+    assert a.line_errors == 1 and a.first_oom is not None and a.first_oom.stage == "weight_loading"
+
+
+def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "exporter.cli", "triage", *args], input=stdin, capture_output=True,
+                          timeout=120)
+
+
+def test_gzip_logs_are_read_and_binary_input_is_refused(tmp_path):
+    text = "\n".join(["INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m..."] + traceback(LOAD))
+    gz = tmp_path / "vllm.log.1.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    done = _cli("--json", str(gz))
+    assert done.returncode == 1 and '"stage": "weight_loading"' in done.stdout.decode()
+    binary = tmp_path / "model.safetensors"
+    binary.write_bytes(bytes(range(256)) * 64)
+    done = _cli(str(binary))
+    assert done.returncode == 2 and b"not a text log" in done.stderr and b"Traceback" not in done.stderr
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(text.encode())[:40])
+    done = _cli(str(cut))
+    assert done.returncode == 2 and b"gzip" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_several_files_give_json_lines(tmp_path):
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("\n".join(traceback(LOAD)))
+    out = _cli("--json", str(tmp_path / "a.log"), str(tmp_path / "b.log")).stdout.decode().splitlines()
+    assert len(out) == 2 and all(line.startswith("{") and line.endswith("}") for line in out)
+
+
+def test_loading_advice_names_what_the_log_states_and_nothing_else():
+    stated = ["Driver Version: 550.54.15      CUDA Version: 12.4", "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"]
+    report = triage_stream("x", io.BytesIO("\n".join(stated + traceback(LOAD)).encode()))
+    move = report["next_move"]
+    assert "550.54.15" in move and "CUDA 12.4" in move and "NVIDIA H100 80GB HBM3" in move
+    bare = triage_stream("y", io.BytesIO("\n".join(traceback(LOAD)).encode()))["next_move"]
+    assert "GB300" not in bare and "R580" not in bare and "not in the log" in bare
