@@ -32,7 +32,10 @@ _WRAPPERS = re.compile(
     r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
     r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
 )
+# The shape of nearly every line of a busy log, read in one match: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [src] `.
+_COMMON = re.compile(r"(?:\((?P<proc>[A-Za-z][^()\n]{0,80}?) pid=(?P<pid>\d+)\) ?)?" + _LEVEL_PREFIX.pattern)
 _DP = re.compile(r"DP(\d+)")
+_KEYS: dict[tuple[str | None, str], tuple[str, int | None]] = {}
 _MAX_PEELS = 8
 
 
@@ -40,13 +43,13 @@ _MAX_PEELS = 8
 class Record:
     """A vLLM log line split into its parts."""
 
-    process: str | None  # e.g. "EngineCore_DP0", "APIServer", "VllmWorker TP0", or "rank0" from torch's tag
+    process: str | None  # e.g. "EngineCore_DP0 pid=7", "VllmWorker TP0 pid=9", or "rank0" from torch's tag
     dp_rank: int | None  # from the process tag, when it names one
     level: str | None
     time: str | None  # vLLM's own timestamp text
     source: str | None  # "core.py:396"
     message: str
-    wrapped: bool = False  # something was peeled off in front: the line is a line start, not a continuation
+    wrapped: bool = False  # a tag or wrapper stood in front: the line is a line start, not a continuation
 
     @property
     def vllm_shaped(self) -> bool:
@@ -54,14 +57,42 @@ class Record:
         return self.level is not None or self.process is not None
 
 
-def _process_key(m: re.Match[str]) -> str:
-    """The innermost process tag names the process: Ray gives every worker the same name, so the pid stays."""
-    proc = m.group("proc")
-    return f"{proc} pid={m.group('pid')}" if proc else f"pid={m.group('pid')}"
+def _process(proc: str | None, pid: str) -> tuple[str, int | None]:
+    """The innermost process tag names the process (Ray gives every worker the same name, so the pid stays),
+    with the DP rank it names; cached, since a log has few processes and many lines."""
+    known = _KEYS.get((proc, pid))
+    if known is None:
+        if len(_KEYS) > 4096:
+            _KEYS.clear()
+        key = f"{proc} pid={pid}" if proc else f"pid={pid}"
+        known = _KEYS[(proc, pid)] = (key, _dp_rank(key))
+    return known
+
+
+def _dp_rank(process: str | None) -> int | None:
+    if process is not None and "DP" in process:
+        d = _DP.search(process)
+        if d:
+            return int(d.group(1))
+    return None
 
 
 def parse_record(text: str) -> Record:
     """Split one unwrapped line. Never fails: an unknown shape is all message."""
+    m = _COMMON.match(text)
+    if m is not None:  # vLLM's own shape, nothing around it: one match
+        end = m.end()
+        if not text.startswith(("[rank", "("), end):
+            proc, pid, level, time, src = m.groups()
+            if pid is None:
+                return Record(None, None, level, time, src, text[end:], False)
+            process, dp_rank = _process(proc, pid)
+            return Record(process, dp_rank, level, time, src, text[end:], True)
+    return _peel(text)
+
+
+def _peel(text: str) -> Record:
+    """The careful path: wrappers and tags in any order, then vLLM's prefix."""
     pos = 0
     process: str | None = None
     rank: str | None = None
@@ -70,7 +101,7 @@ def parse_record(text: str) -> Record:
     for _ in range(_MAX_PEELS):
         m = _PROCESS.match(text, pos) if tagged else None
         if m is not None:
-            process = _process_key(m)
+            process = _process(m.group("proc"), m.group("pid"))[0]
         else:
             m = _RANK.match(text, pos)
             if m is not None:
@@ -92,15 +123,10 @@ def parse_record(text: str) -> Record:
             if t is None:
                 break
             if t.re is _PROCESS:
-                process = _process_key(t)
+                process = _process(t.group("proc"), t.group("pid"))[0]
             else:
                 rank = "rank" + t.group("rank")
             pos = t.end()
     if process is None:
         process = rank
-    dp_rank = None
-    if process is not None and "DP" in process:
-        d = _DP.search(process)
-        if d:
-            dp_rank = int(d.group(1))
-    return Record(process, dp_rank, level, time, source, text[pos:], peeled)
+    return Record(process, _dp_rank(process), level, time, source, text[pos:], peeled)

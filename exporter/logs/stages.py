@@ -168,10 +168,10 @@ class LogAnalyzer:
             if m:
                 self._stats(m)
                 return []
-        tail, self._tail = self._tail, (msg[-160:] if len(line.text) >= 60 else "")
+        tail, self._tail = self._tail, (msg if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
-            if tail and not (rec.wrapped or rec.vllm_shaped) and P.OOM_HINT.search(tail + msg):
-                return self._memory_failure(rec, line, tail + msg, msg)  # a failure split by a terminal's wrap
+            if tail and not (rec.wrapped or rec.vllm_shaped) and P.OOM_HINT.search(joined := tail[-160:] + msg):
+                return self._memory_failure(rec, line, joined, msg)  # a failure split by a terminal's wrap
             self._end_traceback(key, msg)
             return []
         when = line.time or rec.time
@@ -320,12 +320,12 @@ class LogAnalyzer:
             return "warmup", "message", "high" if sure else "medium"
         if hint is not None:
             return hint, "message", "high"
-        stage = _stage_from_frames(frames, ep)
-        if stage is None:
+        decided = _stage_from_frames(frames, ep)
+        if decided is None:
             named = _stage_from_frames(_named_methods(rec.message), ep)
-            stage = (named[0], "message", named[2]) if named else None
-        if stage is not None:
-            return stage
+            decided = (named[0], "message", named[2]) if named else None
+        if decided is not None:
+            return decided
         if "runtime" in frames or (not ep.started and self._saw_runtime):
             step, why, conf = self._runtime_step(rec, frames)
             return step, why or ("frame" if "runtime" in frames else "serving"), conf or "medium"
