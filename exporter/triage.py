@@ -35,6 +35,7 @@ def triage_stream(name: str, stream: BinaryIO, fmt: str = "auto") -> dict[str, A
     for line in lines:
         truncated += line.truncated
         analyzer.feed(line)
+    analyzer.flush()
     return build_report(name, detected, analyzer, truncated)
 
 

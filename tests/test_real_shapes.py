@@ -200,3 +200,43 @@ def test_loading_advice_names_what_the_log_states_and_nothing_else():
     assert "550.54.15" in move and "CUDA 12.4" in move and "NVIDIA H100 80GB HBM3" in move
     bare = triage_stream("y", io.BytesIO("\n".join(traceback(LOAD)).encode()))["next_move"]
     assert "GB300" not in bare and "R580" not in bare and "not in the log" in bare
+
+
+def test_a_failure_logged_above_its_traceback_takes_the_traceback_stage():
+    """`logger.exception` prints the message first and the traceback after it."""
+    message = ("(VllmWorkerProcess pid=214) ERROR 09-27 05:20:38 [multiproc_worker_utils.py:233] Exception in worker: "
+               "CUDA out of memory. Tried to allocate 19.63 GiB.")
+    a = feed([message] + traceback(PROFILE, last="torch.OutOfMemoryError: CUDA out of memory."))
+    assert (a.first_oom.stage, a.first_oom.line) == ("kv_cache_alloc", 1) and a.counts["oom"] == 1
+    # an excerpt that stops inside the traceback, before its last line: the frames so far decide
+    a = feed([message] + traceback(CAPTURE)[:-1])
+    assert a.first_oom is None and a.pending is not None  # not counted before anything decides ...
+    a.flush()  # ... and counted when the log goes quiet
+    assert a.first_oom.stage == "graph_capture" and sum(a.oom_counts.values()) == 1
+    # nothing decides: the stage said honestly, with low confidence
+    a = feed([message])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.confidence) == ("runtime_unknown", "low")
+
+
+def test_an_error_answer_to_a_request_means_the_engine_was_serving():
+    lines = ['INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
+             "ERROR 04-06 00:44:23 [engine.py:160] OutOfMemoryError('CUDA out of memory. Tried to allocate 6.33 GiB')"]
+    a = feed(lines)
+    assert (a.first_oom.stage, a.first_oom.ready_before) == ("runtime_unknown", True)
+    relayed = ("ERROR 03-19 10:55:18 [serving_chat.py:677] MQEngineDeadError: Engine loop is not running. "
+               "Inspect the stacktrace to find the original error: OutOfMemoryError('CUDA out of memory.')")
+    a = feed([relayed])
+    assert a.first_oom.phase == "runtime" and a.first_oom.ready_before
+
+
+def test_the_words_of_a_relayed_failure_name_its_step():
+    a = feed(["ERROR 08-16 12:00:02 [core.py:1] RuntimeError: Error while capturing CUDA graphs: CUDA out of memory."])
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("graph_capture", "message")
+
+
+def test_colour_codes_pasted_as_text_are_peeled():
+    line = "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]:   File \"x/vllm/v1/worker/gpu_model_runner.py\", line 9, in capture_model"
+    a = feed(["[1;36m(VllmWorker TP0 pid=90)[0;0m Traceback (most recent call last):", line,
+              "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]: " + OOM])
+    assert a.first_oom.stage == "graph_capture"

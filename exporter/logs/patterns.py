@@ -78,7 +78,8 @@ OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAlloca
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
-    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver)? (?:error: )?out of memory"
+    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:error: )?out of memory"
+    r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory)"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)"
     r"|(?P<kv>No available memory for the cache blocks"
@@ -86,6 +87,16 @@ OOM_SIGNATURE = re.compile(
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
+# Words a relayed failure uses for the step it interrupted, when no frame says it.
+MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"warming up (?:the )?sampler|warm(?:ing)? ?up (?:the )?model", re.I), "warmup"),
+    (re.compile(r"captur(?:e|ing) (?:the )?(?:CUDA ?|cuda)?graphs?|cuda ?graph capture|torch\.compile|compiling (?:the )?"
+                r"(?:model|graph)", re.I), "graph_capture"),
+    (re.compile(r"memory profiling|profil(?:e|ing) run|determin\w* (?:the )?(?:available|num)|allocat\w* (?:the )?KV"
+                r"|KV cache (?:allocation|initiali[sz]ation)", re.I), "kv_cache_alloc"),
+    (re.compile(r"creat(?:e|ing) (?:the )?weights|load(?:ing)? (?:the )?(?:model )?weights|loading (?:the )?model\b"
+                r"|model loading", re.I), "weight_loading"),
+]
 # Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
 USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
                        r"|[\"']content[\"']|[\"']messages[\"']|[\"']input[\"']|[\"']text[\"']|HTTP/[\d.]+\"")
@@ -117,6 +128,9 @@ STATS_LINE = re.compile(
     r"(?:.*?Running: (?P<running>\d+) reqs)?(?:.*?Waiting: (?P<waiting>\d+) reqs)?"
     r"(?:.*?GPU KV cache usage: (?P<kv>[\d.]+)%)?(?:.*?Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
 )
+# Modules of the API server that only log while answering requests.
+SERVING_SOURCES = ("serving_chat.py", "serving_completion.py", "serving_engine.py", "serving_responses.py",
+                   "serving_embedding.py", "serving_pooling.py", "serving_score.py")
 ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
 
 # -- traceback frames -> stage ------------------------------------------------------------------------
@@ -139,6 +153,10 @@ for _stage, _funcs in {
                        "memory_profiling", "_initialize_kv_cache", "init_cache_engine"),
     "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model"),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
+    # the engine, executor and workers being built: startup, the step not named
+    "startup": ("from_engine_args", "_init_engine", "_init_executor", "_init_workers_ray", "init_worker",
+                "init_device", "from_vllm_config", "_init_cache", "_initialize_model_parallel",
+                "init_distributed_environment"),
     # frames that exist only while serving: a step of the busy loop, a request in the API server
     "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
                 "step_with_batch_queue", "run_busy_loop", "run_engine_loop", "engine_step", "step_async",
@@ -163,6 +181,9 @@ CAPTURE_PATHS = ("torch/cuda/graphs.py",)
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
 MODEL_PATHS = ("vllm/model_executor/models/",)
+# Whose `__init__` builds the engine, its executor or its workers: startup.
+ENGINE_PATHS = ("vllm/engine/", "vllm/v1/engine/", "vllm/executor/", "vllm/v1/executor/", "vllm/worker/",
+                "vllm/v1/worker/", "vllm/entrypoints/llm.py")
 SERVING_PATHS = ("vllm/entrypoints/openai/serving_", "vllm/entrypoints/openai/chat_completion/",
                  "vllm/entrypoints/openai/completion/")
 

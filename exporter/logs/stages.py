@@ -110,6 +110,9 @@ class LogAnalyzer:
         self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
         self._partial_frame: str | None = None  # a frame line wrapped before its function name
         self._kv_negative: Event | None = None
+        self.pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
+        self._last_frame_key: str | None = None
+        self._pending_since = 0
         self._last_step: dict[int | None, str] = {}
         self._open: dict[str, Event] = {}
         self._saw_runtime = False
@@ -123,6 +126,8 @@ class LogAnalyzer:
     def feed(self, line: LogLine) -> list[Event]:
         """Never raises: a line the analyzer cannot read is counted in `line_errors` and skipped."""
         self.lines += 1
+        if self.pending is not None and self.lines - self._pending_since > RELAY_LINES:
+            self.flush()
         text = line.text
         try:
             if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
@@ -162,6 +167,8 @@ class LogAnalyzer:
         if first.isdigit() and "HTTP/" in msg:
             if P.ACCESS_OK.search(msg):
                 self._healthy()
+            else:
+                self._serving()  # an error answer: the server was serving, the incident is not over
             return []
         if "Avg prompt throughput" in msg:
             m = P.STATS_LINE.search(msg)
@@ -176,6 +183,8 @@ class LogAnalyzer:
             return []
         when = line.time or rec.time
         new: list[Event] = []
+        if rec.source is not None and rec.source.startswith(P.SERVING_SOURCES):
+            self._serving()
         if P.OOM_HINT.search(msg):
             new += self._memory_failure(rec, line, msg, msg)
         if not new and P.EVENT_HINT.search(msg):
@@ -224,11 +233,14 @@ class LogAnalyzer:
         return self._oom(rec, line, when, hint, cause, msg)
 
     def _end_traceback(self, key: str | None, msg: str) -> None:
-        """The exception line closes its traceback; its frames stay at hand for errors that relay it."""
+        """The exception line closes its traceback; its frames stay at hand for errors that relay it, and may
+        decide a failure logged above them."""
         if _EXCEPTION_LINE.match(msg):
             frames = self._frames.pop(key, None)
             if frames:
                 self._recent_frames = (self.lines, frames)
+                if self.pending is not None:
+                    self._decide_by_frames(frames)
 
     def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> None:
         """`Available KV cache memory: -3.2 GiB`: the cache cannot be allocated; the failure follows."""
@@ -266,9 +278,12 @@ class LogAnalyzer:
                 tag = "runtime"
             elif func == "__init__" and any(p in path for p in P.MODEL_PATHS):
                 tag = "weight_loading"  # a model class being built
+            elif func == "__init__" and any(p in path for p in P.ENGINE_PATHS):
+                tag = "startup"
             elif any(p in path for p in P.CONSTRUCTION_PATHS):
                 tag = "construction"
         if tag is not None:
+            self._last_frame_key = key
             frames = self._frames_for(key)
             if len(frames) < MAX_FRAMES:
                 frames.append(tag)
@@ -323,12 +338,14 @@ class LogAnalyzer:
         decided = _stage_from_frames(frames, ep)
         if decided is None:
             named = _stage_from_frames(_named_methods(rec.message), ep)
-            decided = (named[0], "message", named[2]) if named else None
+            decided = (named[0], "message", named[2]) if named else _stage_from_words(rec.message)
         if decided is not None:
             return decided
         if "runtime" in frames or (not ep.started and self._saw_runtime):
             step, why, conf = self._runtime_step(rec, frames)
             return step, why or ("frame" if "runtime" in frames else "serving"), conf or "medium"
+        if "startup" in frames:  # the engine being built: a startup step the frames do not name
+            return "loading_unknown", "frame", "medium"
         if ep.started:
             if ep.stage in P.LOADING_STAGES and ep.stage != "loading_unknown":
                 return ep.stage, "marker", "medium"
@@ -347,14 +364,49 @@ class LogAnalyzer:
     def _count_oom(self, ev: Event) -> list[Event]:
         out = self._emit(ev)
         if out:
-            assert ev.stage is not None and ev.phase is not None
-            self.oom_counts[(ev.stage, ev.phase)] += 1
-            if self.first_oom is None:
-                self.first_oom = ev
-                self.first_oom_epoch = self.epoch
-            if ev.phase == "loading":
-                self.epoch.crashed = True  # a failed startup never serves
+            if ev.stage_evidence == "none":
+                # Nothing above the failure says when it hit; what follows often does (a traceback logged after
+                # its message, serving going on, a restart). Counted once decided, or at the next quiet moment.
+                self.pending, self._pending_since = ev, self.lines
+                return out
+            self._tally(ev)
         return out
+
+    def _tally(self, ev: Event) -> None:
+        assert ev.stage is not None and ev.phase is not None
+        self.oom_counts[(ev.stage, ev.phase)] += 1
+        if self.first_oom is None:
+            self.first_oom = ev
+            self.first_oom_epoch = self.epoch
+        if ev.phase == "loading":
+            self.epoch.crashed = True  # a failed startup never serves
+
+    def _decide_pending(self, stage: str, why: str, confidence: str) -> None:
+        ev, self.pending = self.pending, None
+        if ev is not None:
+            ev.stage, ev.phase, ev.stage_evidence, ev.confidence = stage, P.phase_of(stage), why, confidence
+            self._tally(ev)
+
+    def flush(self) -> None:
+        """The log went quiet (or ended): a failure still undecided takes what the traceback under way says
+        (an excerpt may stop before its last line), else the stage said when nothing decides."""
+        if self.pending is None:
+            return
+        frames = self._frames.get(self._last_frame_key) or []
+        if not self._decide_by_frames(frames):
+            self._decide_pending(UNDECIDED_STAGE, "none", "low")
+
+    def _decide_by_frames(self, frames: list[str]) -> bool:
+        decided = _stage_from_frames(frames, self.epoch)
+        if decided is not None:
+            self._decide_pending(*decided)
+        elif "runtime" in frames:
+            self._decide_pending("runtime_unknown", "frame", "medium")
+        elif "startup" in frames:
+            self._decide_pending("loading_unknown", "frame", "medium")
+        else:
+            return False
+        return True
 
     def _kv_facts(self, msg: str) -> None:
         """What vLLM's own KV-cache error states: what one request needs, what is there, what would fit."""
@@ -402,8 +454,19 @@ class LogAnalyzer:
             self.recovered.append(ev)
         return [ev]
 
+    def _serving(self) -> None:
+        """The API server answered a request (an error, maybe): the engine had been ready."""
+        self._saw_runtime = True
+        ep = self.epoch
+        if not ep.ready and not ep.crashed:  # the API server takes requests only once the engine is up
+            ep.ready = True
+        if self.pending is not None:
+            self._decide_pending("runtime_unknown", "serving", "medium")
+
     def _healthy(self) -> None:
         self._saw_runtime = True
+        if self.pending is not None:
+            self._decide_pending("runtime_unknown", "serving", "low")
         if self._open:
             self._open.clear()
         ep = self.epoch
@@ -426,6 +489,7 @@ class LogAnalyzer:
     # -- startup ----------------------------------------------------------------------------------
 
     def _new_epoch(self, line: LogLine, when: str | None) -> None:
+        self.flush()  # a failure before this start belongs to the run before
         old = self.epoch
         if not old.started and not (old.events or old.facts or old.ready):
             self.epochs.pop()  # nothing happened before the first startup line
@@ -564,6 +628,15 @@ def _named_methods(message: str) -> list[str]:
     return tags
 
 
+def _stage_from_words(message: str) -> tuple[str, str, str] | None:
+    """`Error while capturing CUDA graphs: CUDA out of memory`: the step a relayed failure names in words."""
+    head = message[: max(message.find("out of memory"), 0) or 400]  # the words before the failure's own text
+    for pattern, stage in P.MESSAGE_STAGES:
+        if pattern.search(head):
+            return stage, "message", "medium"
+    return None
+
+
 def _int(text: str) -> int:
     return int(P.number(text))
 
@@ -656,6 +729,8 @@ def snapshot(a: LogAnalyzer) -> dict[str, Any]:
         "last_step": [[k, v] for k, v in a._last_step.items()],
         "frames": [[k, v] for k, v in a._frames.items()],
         "saw_runtime": a._saw_runtime,
+        "pending": None if a.pending is None else {"line": a.pending.line, "time": a.pending.time,
+                                                   "cause": a.pending.cause, "evidence": a.pending.evidence},
     }
 
 
@@ -676,4 +751,8 @@ def restore(data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
     a._last_step = {(None if k is None else int(k)): str(v) for k, v in data["last_step"]}
     a._frames = {(None if k is None else str(k)): [str(x) for x in v] for k, v in data["frames"]}
     a._saw_runtime = bool(data["saw_runtime"])
+    pending = data.get("pending")
+    if pending:
+        a.pending = Event(int(pending["line"]), pending.get("time"), "oom", UNDECIDED_STAGE, "runtime",
+                          pending.get("evidence"), cause=pending.get("cause"), stage_evidence="none", confidence="low")
     return a

@@ -135,7 +135,7 @@ class LogTailer:
             st = os.stat(self.path)
         except OSError:
             return True
-        return st.st_ino != self._inode or st.st_size != self._last_size
+        return st.st_ino != self._inode or st.st_size != self._last_size or self.analyzer.pending is not None
 
     def poll(self) -> int:
         """Read what is new; returns the number of lines fed. Never raises for file trouble."""
@@ -145,6 +145,9 @@ class LogTailer:
                 return 0
             fed += self._check_rotation()
             fed += self._drain()
+            if not fed and self.analyzer.pending is not None:
+                self.analyzer.flush()  # the log went quiet with a failure still undecided: count it now
+                self._dirty = True
         except OSError as exc:
             self.health.read_errors += 1
             log.warning("%s: reading %s failed: %s", self.server, self.path, exc)
