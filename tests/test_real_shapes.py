@@ -240,3 +240,17 @@ def test_colour_codes_pasted_as_text_are_peeled():
     a = feed(["[1;36m(VllmWorker TP0 pid=90)[0;0m Traceback (most recent call last):", line,
               "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]: " + OOM])
     assert a.first_oom.stage == "graph_capture"
+
+
+def test_the_scheduler_dump_in_its_real_shapes_names_the_step():
+    ready = ["INFO:     Application startup complete."]
+    new = ("[dump_input.py:76] Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=["
+           "NewRequestData(req_id=chatcmpl-1,prompt_token_ids_len=2824,mm_features=[])], num_scheduled_tokens="
+           "{chatcmpl-1: 2824}, total_num_scheduled_tokens=2824)")
+    cached = ("(EngineCore pid=176) ERROR 04-23 21:09:12 [dump_input.py:79] Dumping scheduler output for model "
+              "execution: SchedulerOutput(scheduled_new_reqs=[], scheduled_cached_reqs=CachedRequestData(req_ids=["
+              "'chatcmpl-a'],num_computed_tokens=[29622],num_output_tokens=[2]), num_scheduled_tokens={chatcmpl-a: 1}, "
+              "total_num_scheduled_tokens=1)")
+    assert stage_of(ready + [new] + traceback(SERVING)) == ("prefill", "scheduler_dump")
+    assert stage_of(ready + [cached] + traceback(SERVING, prefix="(EngineCore pid=176) ERROR 04-23 21:09:12 "
+                                                                   "[core.py:1] ")) == ("decode", "scheduler_dump")

@@ -30,6 +30,7 @@ _WRAPPERS = re.compile(
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # kubectl / docker --timestamps
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
     r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "  # docker compose's service column
+    r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste
     r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
     r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
 )
