@@ -39,7 +39,7 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
                 r"|^Directly load the compiled graph"), "compile"),
     (re.compile(r"^torch\.compile takes"), "compiled"),
-    (re.compile(r"^Memory profiling takes|^Available KV cache memory|KV cache size: [\d,]+ tokens"
+    (re.compile(r"^Memory profiling takes|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
                 r"|^# GPU blocks|^Maximum concurrency for"), "kv_cache_alloc"),
     (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"),
      "graph_capture"),
@@ -49,7 +49,7 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
 ]
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
-                         r"|Compiling a graph|compiled graph|Memory profiling|KV cache|GPU blocks|Maximum concurrency"
+                         r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
                          r"|apturing|init engine|startup complete|API server|Uvicorn running")
 
 # -- memory failures ---------------------------------------------------------------------------------

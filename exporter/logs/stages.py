@@ -549,6 +549,8 @@ class LogAnalyzer:
         }[what]
         if what in ("graph_capture", "graph_captured"):
             ep.kv_sized = True  # capture runs on an allocated cache
+        if self.pending is not None:  # the startup was under way around an undecided failure (progress bars)
+            self._decide_pending(ep.stage if ep.stage != "loading_unknown" else stage, "marker", "medium")
         self._note_stage(stage, line, when)
         return []
 
