@@ -27,7 +27,8 @@ _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
 _WRAPPERS = re.compile(
     r">+ ?"  # a quote marker of a pasted reply
     r"|(?:\^\[|\x1b)?\[[0-9;]{1,12}m ?"  # a colour code whose escape was pasted as ^[ or lost
-    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # kubectl / docker --timestamps
+    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI timestamps
+    r"|[ \t]*\| "  # a CI runner's or a table's bare column
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
     r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "  # docker compose's service column
     r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste

@@ -157,9 +157,10 @@ class LogAnalyzer:
             if not rec.wrapped and not rec.vllm_shaped:  # the rest of a frame line a terminal wrapped
                 self._frame_line(key, partial + msg)
                 return []
-        if msg.startswith(P.TRACEBACK_START):
+        if P.TRACEBACK_START in msg:  # also `EngineCore hit an exception: Traceback (most recent call last):`
             self._frames_for(key).clear()
-            return []
+            if not P.OOM_HINT.search(msg):
+                return []
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
         # and the periodic stats line.
         if msg.startswith("Received request"):
