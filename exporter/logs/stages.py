@@ -270,7 +270,9 @@ class LogAnalyzer:
 
     def _frame(self, key: str | None, path: str, func: str) -> None:
         tag = P.FRAME_FUNCS.get(func) or P.STEP_FUNCS.get(func)
-        if tag is None:
+        if tag is None and "repack" in func:
+            tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
+        elif tag is None:
             if any(p in path for p in P.COMPILE_PATHS):
                 tag = "compile"
             elif any(p in path for p in P.CAPTURE_PATHS):
