@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -145,6 +146,9 @@ class Daemon:
             self.servers[sc.name] = ServerState(sc, cfg.prefix_cache_window_s, tailer)
         self.gpu: GpuSampler | None = None
         self._tasks: list[asyncio.Task] = []
+        # One thread does every log read and every state save, so a poll still running when the tail task is
+        # cancelled finishes before close() saves: never two writers of one state file.
+        self._log_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs")
         self._tails_polled = False
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
@@ -195,12 +199,17 @@ class Daemon:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await session.close()
-            for s in self.servers.values():
-                if s.tailer:
-                    s.tailer.close()
+            await asyncio.get_running_loop().run_in_executor(self._log_thread, self.close_tailers)
+            self._log_thread.shutdown(wait=True)
             if self.gpu is not None:
                 self.gpu.stop()
             log.info("stopped; log offsets saved")
+
+    def close_tailers(self) -> None:
+        """Save every log position; runs on the log thread, after any poll still in flight there."""
+        for s in self.servers.values():
+            if s.tailer:
+                s.tailer.close()
 
     async def _scrape_loop(self, session: aiohttp.ClientSession, s: ServerState) -> None:
         await asyncio.sleep(random.uniform(0, min(0.5, s.config.interval_s / 10)))  # spread many servers
@@ -218,18 +227,19 @@ class Daemon:
     async def _tail_loop(self) -> None:
         tailers = [s.tailer for s in self.servers.values() if s.tailer]
 
+        loop = asyncio.get_running_loop()
+
         def poll_all(due: list[LogTailer]) -> None:
-            for t in due:
-                t.poll()
+            for t in tailers:
+                if t in due:
+                    t.poll()
+                else:
+                    t.save_if_due()
 
         while True:
             try:
-                due = [t for t in tailers if t.needs_poll()]  # stats here; reads in a thread, off the loop
-                if due:
-                    await asyncio.to_thread(poll_all, due)
-                for t in tailers:
-                    if t not in due:
-                        t.save_if_due()
+                due = [t for t in tailers if t.needs_poll()]  # stats here; reads and saves on the log thread
+                await loop.run_in_executor(self._log_thread, poll_all, due)
                 self._tails_polled = True
             except asyncio.CancelledError:
                 raise
