@@ -356,3 +356,26 @@ def test_a_failed_save_leaves_no_temp_file_and_is_retried(tmp_path):
     t.save_state(force=True)
     assert sorted(os.listdir(tmp_path / "state")) == ["s.tail.json"]
     assert t._dirty  # tried again at the next save
+
+
+def test_file_opened_empty_and_read_in_the_same_poll_is_recognised_after_a_restart(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY)
+    t = tailer(tmp_path, p)
+    t.poll()
+    os.rename(p, str(p) + ".1")
+    p.write_text("")  # the new file is empty when the tailer opens it ...
+    t.poll()
+    append(p, OOM, STATS)
+    t._drain()  # ... and has grown by the time it is read in that same poll (the race, made deterministic)
+    t.close()
+    t2 = tailer(tmp_path, p)  # once recounted everything from byte 0
+    t2.poll()
+    assert ooms(t2) == 1
+    append(p, OOM)
+    os.rename(p, str(p) + ".1")  # rotated while stopped: what was not read yet is finished from path.1
+    t2.close()
+    p.write_text("")
+    t3 = tailer(tmp_path, p)
+    t3.poll()
+    assert ooms(t3) == 2

@@ -309,7 +309,7 @@ class LogTailer:
         fmt = None
         if first and saved is not None:
             n = saved["fp_len"]
-            same = n and n <= len(head) and _fingerprint(head[:n]) == saved["fingerprint"]
+            same = n <= len(head) and _fingerprint(head[:n]) == saved["fingerprint"]
             # Same first bytes but another file (device and inode differ): a rotation whose new file starts like
             # the old one, or a symlink now pointing elsewhere; checksums alone cannot tell them apart.
             other = saved["ident"] not in (None, self._ident) or saved["inode"] not in (None, st.st_ino)
@@ -350,7 +350,10 @@ class LogTailer:
             with open(sibling, "rb") as fh:
                 n = int(saved.get("fp_len", 0))
                 head = fh.read(n)
-                if not n or _fingerprint(head) != saved.get("fingerprint"):
+                if _fingerprint(head) != saved.get("fingerprint"):
+                    return False
+                # An empty fingerprint (the file was empty when opened) proves nothing: then the inode must match.
+                if not n and saved.get("ident") != _identity(os.fstat(fh.fileno())):
                     return False
                 fh.seek(int(saved["offset"]))
                 self._line_no = int(saved["line"])
@@ -416,7 +419,15 @@ class LogTailer:
     def _drain(self, final: bool = False) -> int:
         if self._fh is None:
             return 0
-        return self._consume_stream(self._fh, final)
+        fed = self._consume_stream(self._fh, final)
+        if self._fp_len < FINGERPRINT_BYTES and self._offset > self._fp_len:
+            # opened (nearly) empty and grown since: widen the fingerprint before it is saved with this offset,
+            # so a restart can still recognise the file by its first bytes
+            head = os.pread(self._fh.fileno(), FINGERPRINT_BYTES, 0)
+            if len(head) > self._fp_len and _fingerprint(head[: self._fp_len]) == self._fp:
+                with self.lock:
+                    self._fp, self._fp_len = _fingerprint(head), len(head)
+        return fed
 
     def _consume_stream(self, fh: BinaryIO, final: bool = False) -> int:
         fed = 0
