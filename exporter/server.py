@@ -11,7 +11,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.encode import text_format
-from exporter.webconfig import WebConfig, auth_middleware
+from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
 if TYPE_CHECKING:
     from exporter.daemon import Daemon
@@ -59,7 +59,11 @@ async def readyz(request: web.Request) -> web.Response:
 def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True,
               web_config: "WebConfig | None" = None) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
-    middlewares = [auth_middleware(web_config)] if web_config is not None and web_config.users else []
+    middlewares = []
+    if web_config is not None and web_config.allowed_sans:
+        middlewares.append(san_middleware(web_config.allowed_sans))
+    if web_config is not None and web_config.users:
+        middlewares.append(auth_middleware(web_config))
     app = web.Application(middlewares=middlewares)
     app[DAEMON_KEY] = daemon
     app[REGISTRY_KEY] = registry
