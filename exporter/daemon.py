@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import signal
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from exporter import derive
 from exporter.config import Config, ServerConfig
 from exporter.gpu.base import GpuUnavailable, open_backend
 from exporter.gpu.sampler import GpuSampler
+from exporter.httpguard import ConnectionGuard, serve
 from exporter.logs.tailer import LogTailer
 from exporter.metrics import HeadroomCollector
 from exporter.vllm.scrape import ScrapeResult, fetch_metrics
@@ -270,10 +272,18 @@ def run(cfg: Config) -> int:
                  "on" if web_config.ssl_context else "off", len(web_config.users))
     daemon = Daemon(cfg)
     host, port = _host_port(cfg.listen_address)
-    app = build_app(daemon, daemon.registry, web_config=web_config)
+    guard = ConnectionGuard()
+    app = build_app(daemon, daemon.registry, web_config=web_config, guard=guard)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(app, host, port, web_config.ssl_context if web_config else None, guard, stop)
+
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5,
-                    ssl_context=web_config.ssl_context if web_config else None)
+        asyncio.run(main())
     except OSError as exc:
         log.error("cannot listen on %s: %s", cfg.listen_address, exc)
         return 2

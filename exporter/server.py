@@ -11,6 +11,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.encode import text_format
+from exporter.httpguard import ConnectionGuard
 from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
 if TYPE_CHECKING:
@@ -57,9 +58,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True,
-              web_config: "WebConfig | None" = None) -> web.Application:
+              web_config: "WebConfig | None" = None, guard: "ConnectionGuard | None" = None) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
-    middlewares = []
+    middlewares = [guard.middleware()] if guard is not None else []  # first: a request waiting on auth is busy
     if web_config is not None and web_config.allowed_sans:
         middlewares.append(san_middleware(web_config.allowed_sans))
     if web_config is not None and web_config.users:
