@@ -17,6 +17,7 @@ import yaml
 
 DEFAULT_LISTEN = "0.0.0.0:9478"
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 GPU_BACKENDS = ("auto", "nvml", "amdsmi", "fake", "none")
 LOG_FORMATS = ("auto", "plain", "cri", "docker")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -46,7 +47,9 @@ class ServerConfig:
     url: str = DEFAULT_URL
     interval_s: float = 5.0
     timeout_s: float = 3.0
-    max_response_bytes: int = 32 * 1024 * 1024
+    # vLLM with 32 DP engines answers ~360 KB (the simulator's payload in benchmarks/bench_parse.py); 4 MiB leaves
+    # room for ten times that, and bounds the memory and parse time a misbehaving target can cost
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     log: LogSource | None = None
 
 
@@ -252,7 +255,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
         servers.append(ServerConfig(name=name or f"server{i}", url=s.get("url", DEFAULT_URL), interval_s=interval,
                                     timeout_s=timeout, max_response_bytes=s.get("max_response_bytes",
-                                                                                32 * 1024 * 1024), log=log))
+                                                                                DEFAULT_MAX_RESPONSE_BYTES), log=log))
     g = r.section(top.get("gpu"), "gpu", {
         "backend": _one_of(GPU_BACKENDS), "sample_interval": _duration, "fake_count": _positive_int,
         "fake_model": _string, "fake_total_bytes": _size,
