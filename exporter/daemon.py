@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import derive
-from exporter.config import Config, ServerConfig
+from exporter.config import Config, ServerConfig, redact_text
 from exporter.gpu.base import GpuUnavailable, open_backend
 from exporter.gpu.sampler import GpuSampler
 from exporter.httpguard import ConnectionGuard, serve
@@ -62,19 +62,20 @@ class ServerState:
         self.last_size = result.size_bytes
         if not result.ok:
             self.errors[result.reason or "other"] += 1
+            detail = redact_text(result.detail, self.config.url)
             if self.up:
-                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.url, result.reason,
-                            result.detail)
+                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason,
+                            detail)
             elif self.scrapes == 1:
-                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.url, result.reason,
-                         result.detail)
+                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.safe_url, result.reason,
+                         detail)
             self.up = False
             self.series = {}
             self.kv_usage = {}
             self._rendered = None
             return
         if not self.up:
-            log.info("%s: scraping %s (%d bytes)", self.name, self.config.url, result.size_bytes)
+            log.info("%s: scraping %s (%d bytes)", self.name, self.config.safe_url, result.size_bytes)
         result.series = self._cap(result.series)
         if result.reason:
             self.errors[result.reason] += 1
@@ -177,7 +178,7 @@ class Daemon:
     def report(self) -> None:
         """Say once, at startup, what is being watched."""
         for s in self.servers.values():
-            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.url, s.config.interval_s,
+            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.safe_url, s.config.interval_s,
                      s.config.timeout_s, f", log {s.config.log.path} ({s.config.log.format})" if s.config.log else "")
         log.info("state kept in %s; prefix-cache window %gs; listening on %s", self.cfg.state_dir,
                  self.cfg.prefix_cache_window_s, self.cfg.listen_address)

@@ -33,7 +33,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def landing(request: web.Request) -> web.Response:
     d = request.app[DAEMON_KEY]
     rows = "".join(
-        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.url)}</td>"
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.safe_url)}</td>"
         f"<td>{'up' if s.up else 'down'}</td><td>{html.escape(s.config.log.path) if s.config.log else '-'}</td></tr>"
         for s in d.servers.values())
     gpus = len(d.gpu.states) if d.gpu else 0

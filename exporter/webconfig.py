@@ -25,10 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-import yaml
 from aiohttp import web
 
-from exporter.config import ConfigError
+from exporter.config import ConfigError, load_yaml
 
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -110,13 +109,7 @@ class WebConfig:
 
 def load_web_config(path: str) -> WebConfig:
     problems: list[str] = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the web config file: {exc.strerror or exc}"]) from None
-    except yaml.YAMLError:
-        raise ConfigError([f"{path}: invalid YAML"]) from None
+    data = load_yaml(path, "web config file") or {}
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: <top>: expected a mapping with tls_server_config and/or basic_auth_users"])
     for key in data:

@@ -210,3 +210,29 @@ def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
     assert ooms.get("a") == 1 and not ooms.get("b")
     assert {s.label("server") for s in samples if s.label("server")} == {"a", "b"}
     assert not any("OutOfMemory" in v or "\x1b" in v for s in samples for _k, v in s.labels)
+
+
+def test_credentials_in_a_target_url_never_reach_the_landing_page_or_the_log(tmp_path):
+    port = free_port()
+    url = f"http://scraper:pa55w0rd@127.0.0.1:{free_port()}/metrics"  # nothing answers: the failure is logged
+    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
+           "servers": [{"name": "s", "url": url, "interval": "1s"}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "DEBUG", "serve", "--config",
+                             str(tmp_path / "c.yaml")], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:
+            page = r.read().decode()
+        deadline = time.monotonic() + 60  # a hang guard
+        while time.monotonic() < deadline:  # until the first scrape has happened, and been logged
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30):
+                    break
+            except urllib.error.HTTPError:
+                time.sleep(0.05)
+    finally:
+        err = stop(proc)
+    assert "127.0.0.1" in page and "pa55w0rd" not in page and "scraper" not in page
+    assert "watching s: http://***@127.0.0.1" in err and "not answering yet" in err
+    assert "pa55w0rd" not in err
