@@ -71,7 +71,28 @@ def test_no_driver_is_unavailable_not_a_crash():
 
     with pytest.raises(GpuUnavailable, match="NVML"):
         NvmlBackend()
-    assert open_backend("auto") is None or open_backend("auto").name in ("nvml", "amdsmi", "sysfs")
+    chosen = open_backend("auto")
+    assert chosen is None or chosen.name in ("amdsmi", "sysfs")  # NVML is gone: never chosen
+
+
+def test_auto_prefers_nvml_and_otherwise_says_it_found_none(nvml, monkeypatch, caplog):
+    import logging
+
+    from exporter.gpu import base
+
+    assert open_backend("auto").name == "nvml"
+    tried = []
+
+    def unavailable(name: str):
+        tried.append(name)
+        raise GpuUnavailable(f"no {name} here")
+
+    monkeypatch.setattr(base, "_open", unavailable)
+    with caplog.at_level(logging.INFO, logger="vllm_headroom"):
+        assert open_backend("auto") is None
+    assert tried == ["nvml", "amdsmi", "sysfs"] and "no GPU library found" in caplog.text
+    with pytest.raises(GpuUnavailable, match="no nvml here"):
+        open_backend("nvml")  # asked for by name: an error, not a silent None
 
 
 def test_amdsmi_adapter_with_a_fake_module():
