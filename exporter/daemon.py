@@ -31,6 +31,19 @@ from exporter.vllm.scrape import ScrapeResult, fetch_metrics
 log = logging.getLogger("vllm_headroom")
 TAIL_INTERVAL_S = 0.25
 MAX_ENGINES = 64  # (model_name, engine) pairs kept per server per scrape; the rest are dropped and counted
+# Re-exported samples kept per server per scrape: 64 engines of every re-exported family (~110 samples an
+# engine with both histograms) fit several times over; 100k `finished_reason` or `le` values do not.
+MAX_REEXPORTED = 20_000
+
+
+def _reexported_keys() -> tuple[str, ...]:
+    """The series keys the re-export reads (histograms by part), in a fixed order."""
+    from exporter.vllm import names
+
+    keys = list(names.REEXPORT)
+    for wire in names.REEXPORT_HISTOGRAMS:
+        keys += [wire + part for part in names.HISTOGRAM_PARTS]
+    return tuple(keys)
 
 
 class ServerState:
@@ -76,7 +89,7 @@ class ServerState:
             return
         if not self.up:
             log.info("%s: scraping %s (%d bytes)", self.name, self.config.safe_url, result.size_bytes)
-        result.series = self._cap(result.series)
+        result.series = self._bound(result.series)
         if result.reason:
             self.errors[result.reason] += 1
         self.up = True
@@ -95,23 +108,64 @@ class ServerState:
         for key in [k for k, w in self.windows.items() if k not in counters and w.points[-1].t < now - self.window_s]:
             del self.windows[key]  # an engine gone for longer than the window: forget it (churning DP engines)
 
-    def _cap(self, series: dict) -> dict:
-        """Keep the first MAX_ENGINES (model_name, engine) pairs; count the samples of the rest as dropped."""
-        keys = sorted({(s.label("model_name"), s.label("engine")) for group in series.values() for s in group})
-        if len(keys) <= MAX_ENGINES:
-            return series
-        keep = set(keys[:MAX_ENGINES])
-        out = {}
+    def _bound(self, series: dict) -> dict:
+        """What one scrape may bring in, deterministically: a sample repeated with the same labels is kept once
+        (summing repeats once turned a KV usage of 0.6 into 1.0), at most MAX_ENGINES (model_name, engine)
+        pairs, and of the re-exported families one sample per label set we pass on (samples differing only
+        in a label we strip would be duplicates on /metrics), MAX_REEXPORTED in all. The rest is counted in
+        vllm_headroom_series_dropped_total."""
+        from exporter.vllm.names import PASS_LABELS
+
+        dropped = 0
+        out: dict = {}
         for name, group in series.items():
-            kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
-            self.dropped_series += len(group) - len(kept)
-            if kept:
+            seen: set = set()
+            kept = []
+            for s in group:
+                key = tuple(sorted(s[1]))
+                if key in seen:
+                    continue
+                seen.add(key)
+                kept.append(s)
+            dropped += len(group) - len(kept)
+            out[name] = kept
+        pairs = sorted({(s.label("model_name"), s.label("engine")) for group in out.values() for s in group})
+        if len(pairs) > MAX_ENGINES:
+            keep = set(pairs[:MAX_ENGINES])
+            for name, group in list(out.items()):
+                kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
+                dropped += len(group) - len(kept)
                 out[name] = kept
+            self._warn_cap(f"{len(pairs)} model/engine pairs, more than the {MAX_ENGINES} kept")
+        budget, over = MAX_REEXPORTED, False
+        for name in _reexported_keys():
+            group = out.get(name)
+            if not group:
+                continue
+            seen = set()
+            kept = []
+            for s in group:
+                key = tuple(sorted((k, v) for k, v in s[1] if k in PASS_LABELS))
+                if key in seen:
+                    continue
+                if budget <= 0:
+                    over = True
+                    continue
+                seen.add(key)
+                kept.append(s)
+                budget -= 1
+            dropped += len(group) - len(kept)
+            out[name] = kept
+        if over:
+            self._warn_cap(f"more than {MAX_REEXPORTED} re-exported samples")
+        self.dropped_series += dropped
+        return {name: group for name, group in out.items() if group}
+
+    def _warn_cap(self, what: str) -> None:
         if not self._warned_cap:
-            log.warning("%s: %d model/engine pairs, more than the %d kept; the rest are dropped and counted in "
-                        "vllm_headroom_series_dropped_total", self.name, len(keys), MAX_ENGINES)
+            log.warning("%s: %s; the rest are dropped and counted in vllm_headroom_series_dropped_total",
+                        self.name, what)
             self._warned_cap = True
-        return out
 
     def reexported(self) -> dict:
         if self._rendered is None:
