@@ -62,3 +62,38 @@ def test_the_default_size_limit_is_small_and_enforced():
     assert limit == 4 * 1024 * 1024
     result = asyncio.run(fetch(vllm_body(120_000), limit))  # ~6 MB: a runaway target
     assert not result.ok and result.reason == "too_large"
+
+
+def test_dns_and_tls_failures_have_their_own_reasons():
+    import socket
+
+    from aiohttp.abc import AbstractResolver
+
+    class NoSuchName(AbstractResolver):  # the system resolver would send a query off this machine
+        async def resolve(self, host, port=0, family=socket.AF_INET):
+            raise OSError(socket.EAI_NONAME, "Name or service not known")
+
+        async def close(self) -> None:
+            pass
+
+    async def scenario() -> tuple[str | None, str | None]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=NoSuchName())) as session:
+            dns = await scrape.fetch_metrics(session, "http://vllm-0.example/metrics", HANG_S, 1 << 20)
+
+        async def plain(_request: web.Request) -> web.Response:
+            return web.Response(text="vllm:num_requests_running 1\n")
+
+        app = web.Application()
+        app.router.add_get("/metrics", plain)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        try:
+            async with aiohttp.ClientSession() as session:  # https to a plain-HTTP port: the handshake fails
+                tls = await scrape.fetch_metrics(session, f"https://127.0.0.1:{port}/metrics", HANG_S, 1 << 20)
+        finally:
+            await runner.cleanup()
+        return dns.reason, tls.reason
+
+    assert asyncio.run(scenario()) == ("dns", "tls")

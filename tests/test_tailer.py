@@ -379,3 +379,55 @@ def test_file_opened_empty_and_read_in_the_same_poll_is_recognised_after_a_resta
     t3 = tailer(tmp_path, p)
     t3.poll()
     assert ooms(t3) == 2
+
+
+def test_copytruncate_regrown_to_exactly_the_old_size_is_noticed(tmp_path):
+    import shutil
+
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    size = os.path.getsize(p)
+    shutil.copyfile(p, str(p) + ".1")
+    with open(p, "r+") as f:
+        f.truncate(0)
+    line = OOM + " " * 10  # padded so the file comes back to exactly its old size
+    head = START + "\n" + READY + "\n"  # the same first bytes as before
+    with open(p, "w") as f:
+        f.write(head + line + "x" * (size - len(head) - len(line) - 1) + "\n")
+    assert os.path.getsize(p) == size
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock must not hide the write
+    assert t.needs_poll()
+    t.poll()
+    assert ooms(t) == 1 and t.health.truncations == 1
+
+
+def test_an_unreadable_log_is_warned_about_once_not_every_poll(tmp_path, caplog, monkeypatch):
+    import builtins
+
+    p = tmp_path / "v.log"
+    append(p, START)
+    real_open = builtins.open
+
+    def denied(path, *args, **kwargs):
+        if str(path) == str(p):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)  # as root, chmod 000 would not stop us
+    t = tailer(tmp_path, p)
+    for _ in range(20):
+        t.poll()
+    assert t.health.read_errors == 20
+    assert caplog.text.count("cannot open") == 1
+
+
+def test_a_line_after_a_copytruncate_hole_of_nuls_is_read(tmp_path):
+    p = tmp_path / "v.log"
+    with open(p, "wb") as f:
+        f.write((START + "\n").encode() + b"\x00" * 4096 + (OOM + "\n").encode())
+    t = tailer(tmp_path, p)
+    t.poll()
+    assert ooms(t) == 1

@@ -109,6 +109,8 @@ class LogTailer:
         self._last_save = 0.0
         self._dirty = False
         self._last_size = 0
+        self._last_mtime = 0  # with the size: a file rewritten to exactly its old size still gets a poll
+        self._tail = b""  # the bytes just before our read position, to notice a rewrite of the same size
         self._skipping = False  # inside an over-long line whose rest is being dropped
         self._skipped = 0
         self._ident: str | None = None  # device:inode of the open file
@@ -218,7 +220,7 @@ class LogTailer:
             st = os.stat(self.path)
         except OSError:
             return True
-        return st.st_ino != self._inode or st.st_size != self._last_size
+        return st.st_ino != self._inode or st.st_size != self._last_size or st.st_mtime_ns != self._last_mtime
 
     def poll(self) -> int:
         """Read what is new; returns the number of lines fed. Never raises: a line the decoder or the analyzer
@@ -304,6 +306,7 @@ class LogTailer:
         self._fresh = False
         self.health.file_present = True
         self._reset_partial()
+        self._tail = b""
         saved, self._saved = self._saved, None
         start, line = 0, 0
         fmt = None
@@ -414,12 +417,23 @@ class LogTailer:
             return True
         if len(head) > self._fp_len:  # the file grew past the fingerprint: widen it
             self._fp, self._fp_len = _fingerprint(head), len(head)
+        if self._tail and pos >= len(self._tail):
+            # copytruncate, then regrown to exactly where we were: the first bytes may match (the same startup
+            # banner), the bytes before our position will not
+            if os.pread(self._fh.fileno(), len(self._tail), pos - len(self._tail)) != self._tail:
+                return True
         return False
 
     def _drain(self, final: bool = False) -> int:
         if self._fh is None:
             return 0
         fed = self._consume_stream(self._fh, final)
+        pos = self._fh.tell()
+        self._tail = os.pread(self._fh.fileno(), min(pos, 64), pos - min(pos, 64)) if pos else b""
+        try:
+            self._last_mtime = os.fstat(self._fh.fileno()).st_mtime_ns
+        except OSError:
+            pass
         if self._fp_len < FINGERPRINT_BYTES and self._offset > self._fp_len:
             # opened (nearly) empty and grown since: widen the fingerprint before it is saved with this offset,
             # so a restart can still recognise the file by its first bytes

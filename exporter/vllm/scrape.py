@@ -12,7 +12,8 @@ from exporter.exposition import Sample, parse
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
-ERROR_REASONS = ("refused", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics", "other")
+ERROR_REASONS = ("refused", "dns", "tls", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics",
+                 "other")
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 PARSE_INLINE_BYTES = 64 * 1024  # one vLLM engine's answer (~18 KB) is parsed on the loop; larger ones are not
 
@@ -52,6 +53,10 @@ async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max
                 chunks.append(chunk)
     except asyncio.TimeoutError:
         return ScrapeResult(False, "timeout", f"no complete answer within {timeout_s:g}s")
+    except aiohttp.ClientConnectorDNSError as exc:  # before its base class: a name that does not resolve
+        return ScrapeResult(False, "dns", str(exc.os_error or exc)[:200])
+    except aiohttp.ClientSSLError as exc:  # handshake or certificate (both connector errors too)
+        return ScrapeResult(False, "tls", f"{type(exc).__name__}: {str(exc)[:200]}")
     except aiohttp.ClientConnectorError as exc:
         return ScrapeResult(False, "refused", str(exc.os_error or exc)[:200])
     except (aiohttp.ClientError, OSError) as exc:
