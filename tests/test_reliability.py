@@ -198,3 +198,43 @@ def oom_count(port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         text = r.read().decode()
     return sum(s.value for s in parse(text).samples if s.name == "vllm_headroom_oom_events_total")
+
+
+def test_sigterm_while_a_large_log_is_being_read_leaves_one_valid_state(tmp_path):
+    """The poll thread is mid-read when SIGTERM comes: shutdown's save waits for it (one writer), so no save
+    fails, no temp file is left, and a restart counts every OOM exactly once."""
+    log, state = tmp_path / "vllm.log", tmp_path / "state"
+    block = (HEALTHY * 200 + STATS * 50 + OOM + HEALTHY)
+    with open(log, "w") as f:
+        for _ in range(1500):  # ~30 MB: several polls' worth of reading
+            f.write(block)
+    port = free_port()
+    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(state), "state_save_interval": "50ms",
+           "gpu": {"backend": "none"},
+           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml")]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    until(lambda: listening(port) or proc.poll() is not None, "the daemon to listen")
+    until(lambda: save_stamp(state) != 0, "a first save")  # reading has begun
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err
+    assert "cannot write state file" not in err and "No such file" not in err, err
+    assert sorted(os.listdir(state)) == ["s.tail.json"]
+    saved = saved_state(state)
+    assert 0 < saved["offset"] <= os.path.getsize(log)
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: listening(port), "the daemon to listen again")
+        got = [0.0]
+
+        def all_counted() -> bool:
+            got[0] = oom_count(port)
+            assert got[0] <= 1500, f"double counted: {got[0]}"
+            return got[0] == 1500
+
+        until(all_counted, "all 1500 OOMs to be counted")
+    finally:
+        proc.terminate()
+        proc.wait(HANG_S)
