@@ -47,6 +47,10 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.file)
+        if cfg.web_config_file:  # what `serve` would refuse at start is refused here too
+            from exporter.webconfig import load_web_config
+
+            load_web_config(cfg.web_config_file)
     except ConfigError as exc:
         _problems(exc)
         print(f"{args.file}: {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)

@@ -7,22 +7,27 @@ errors (a misspelt `interval` silently ignored is a 3 a.m. mystery); all errors 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 import yaml
 
 DEFAULT_LISTEN = "0.0.0.0:9478"
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 GPU_BACKENDS = ("auto", "nvml", "amdsmi", "fake", "none")
 LOG_FORMATS = ("auto", "plain", "cri", "docker")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$")
+MAX_DURATION_S = 30 * 86400.0
+MAX_SIZE = 1024**4
 _SIZES = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
 
 
@@ -32,6 +37,74 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: str, what: str = "config file") -> Any:
+    """Read a YAML file as config is read: every way it can be unreadable becomes one ConfigError naming the
+    file (and the line where YAML says), never a traceback."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the {what}: {exc.strerror or exc}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not a UTF-8 text file (byte {exc.start})"]) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError([f"{path}: {where}invalid YAML: {problem}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: invalid YAML: nested too deeply"]) from None
+
+
+def redact_url(url: str) -> str:
+    """The URL without its user name and password, for pages and logs (`http://user:pass@host` is allowed in
+    a target URL, and the landing page is not behind auth)."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def redact_text(text: str, url: str) -> str:
+    """`text` (an error message) with the URL's credentials replaced, wherever they appear."""
+    try:
+        parts = urlsplit(url)
+        secrets = [s for s in (parts.password, parts.username) if s]
+    except ValueError:
+        return text
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 @dataclass(frozen=True)
@@ -46,8 +119,14 @@ class ServerConfig:
     url: str = DEFAULT_URL
     interval_s: float = 5.0
     timeout_s: float = 3.0
-    max_response_bytes: int = 32 * 1024 * 1024
+    # vLLM with 32 DP engines answers ~360 KB (the simulator's payload in benchmarks/bench_parse.py); 4 MiB leaves
+    # room for ten times that, and bounds the memory and parse time a misbehaving target can cost
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     log: LogSource | None = None
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
 
 
 @dataclass(frozen=True)
@@ -88,30 +167,35 @@ class Config:
 def _duration(v: Any) -> float:
     if isinstance(v, bool):
         raise ValueError("expected a duration such as 5s, 100ms or 2m")
-    if isinstance(v, (int, float)):
-        seconds = float(v)
-    else:
-        m = _DURATION.match(str(v))
-        if not m:
-            raise ValueError("expected a duration such as 5s, 100ms or 2m")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        if isinstance(v, (int, float)):
+            seconds = float(v)
+        else:
+            m = _DURATION.match(str(v)) if isinstance(v, str) else None
+            if not m:
+                raise ValueError("expected a duration such as 5s, 100ms or 2m")
+            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:  # .nan / .inf once made the scrape loop spin
+        raise ValueError("expected a finite duration of at most 30d")
     if seconds <= 0:
         raise ValueError("expected a duration above zero")
     return seconds
 
 
 def _size(v: Any) -> int:
-    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE:
         return v
-    m = _SIZE.match(str(v)) if isinstance(v, str) else None
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError("expected a size in bytes such as 16777216 or 16MiB")
+    m = _SIZE.match(str(v)) if isinstance(v, str) and len(v) <= 32 else None
+    if not m or not 0 < int(m.group(1)) * _SIZES[m.group(2)] <= MAX_SIZE:
+        raise ValueError("expected a size in bytes such as 16777216 or 16MiB, at most 1TiB")
     return int(m.group(1)) * _SIZES[m.group(2)]
 
 
 def _positive_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError("expected a whole number of at least 1")
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
+        raise ValueError("expected a whole number from 1 to 1000000")
     return v
 
 
@@ -202,11 +286,17 @@ class _Reader:
         return out
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 60, 60
+_SHORT.maxlong = 40
+
+
 def _shown(key: str, value: Any) -> str:
-    """A value for an error message; never one that may be a secret."""
-    if any(word in key.lower() for word in ("password", "secret", "token", "auth", "key")):
+    """A value for an error message, bounded however the value was built (a YAML alias bomb expands to
+    gigabytes under repr); never one that may be a secret."""
+    if any(word in str(key).lower() for word in ("password", "secret", "token", "auth", "key")):
         return "<hidden>"
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -252,7 +342,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
         servers.append(ServerConfig(name=name or f"server{i}", url=s.get("url", DEFAULT_URL), interval_s=interval,
                                     timeout_s=timeout, max_response_bytes=s.get("max_response_bytes",
-                                                                                32 * 1024 * 1024), log=log))
+                                                                                DEFAULT_MAX_RESPONSE_BYTES), log=log))
     g = r.section(top.get("gpu"), "gpu", {
         "backend": _one_of(GPU_BACKENDS), "sample_interval": _duration, "fake_count": _positive_int,
         "fake_model": _string, "fake_total_bytes": _size,
@@ -282,20 +372,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
 
 def load_config(path: str) -> Config:
     """Read and validate a config file; raises ConfigError naming the file on any problem."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the config file: {exc.strerror or exc}"]) from exc
-    except UnicodeDecodeError:
-        raise ConfigError([f"{path}: not a UTF-8 text file"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError([f"{path}: {where}invalid YAML: {problem}"]) from None
+    data = load_yaml(path)
     if data is None:
         data = {}
     return parse_config(data, path)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import signal
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -18,9 +20,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import derive
-from exporter.config import Config, ServerConfig
+from exporter.config import Config, ServerConfig, redact_text
 from exporter.gpu.base import GpuUnavailable, open_backend
 from exporter.gpu.sampler import GpuSampler
+from exporter.httpguard import ConnectionGuard, serve
 from exporter.logs.tailer import LogTailer
 from exporter.metrics import HeadroomCollector
 from exporter.vllm.scrape import ScrapeResult, fetch_metrics
@@ -28,6 +31,19 @@ from exporter.vllm.scrape import ScrapeResult, fetch_metrics
 log = logging.getLogger("vllm_headroom")
 TAIL_INTERVAL_S = 0.25
 MAX_ENGINES = 64  # (model_name, engine) pairs kept per server per scrape; the rest are dropped and counted
+# Re-exported samples kept per server per scrape: 64 engines of every re-exported family (~110 samples an
+# engine with both histograms) fit several times over; 100k `finished_reason` or `le` values do not.
+MAX_REEXPORTED = 20_000
+
+
+def _reexported_keys() -> tuple[str, ...]:
+    """The series keys the re-export reads (histograms by part), in a fixed order."""
+    from exporter.vllm import names
+
+    keys = list(names.REEXPORT)
+    for wire in names.REEXPORT_HISTOGRAMS:
+        keys += [wire + part for part in names.HISTOGRAM_PARTS]
+    return tuple(keys)
 
 
 class ServerState:
@@ -59,20 +75,21 @@ class ServerState:
         self.last_size = result.size_bytes
         if not result.ok:
             self.errors[result.reason or "other"] += 1
+            detail = redact_text(result.detail, self.config.url)
             if self.up:
-                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.url, result.reason,
-                            result.detail)
+                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason,
+                            detail)
             elif self.scrapes == 1:
-                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.url, result.reason,
-                         result.detail)
+                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.safe_url, result.reason,
+                         detail)
             self.up = False
             self.series = {}
             self.kv_usage = {}
             self._rendered = None
             return
         if not self.up:
-            log.info("%s: scraping %s (%d bytes)", self.name, self.config.url, result.size_bytes)
-        result.series = self._cap(result.series)
+            log.info("%s: scraping %s (%d bytes)", self.name, self.config.safe_url, result.size_bytes)
+        result.series = self._bound(result.series)
         if result.reason:
             self.errors[result.reason] += 1
         self.up = True
@@ -91,23 +108,64 @@ class ServerState:
         for key in [k for k, w in self.windows.items() if k not in counters and w.points[-1].t < now - self.window_s]:
             del self.windows[key]  # an engine gone for longer than the window: forget it (churning DP engines)
 
-    def _cap(self, series: dict) -> dict:
-        """Keep the first MAX_ENGINES (model_name, engine) pairs; count the samples of the rest as dropped."""
-        keys = sorted({(s.label("model_name"), s.label("engine")) for group in series.values() for s in group})
-        if len(keys) <= MAX_ENGINES:
-            return series
-        keep = set(keys[:MAX_ENGINES])
-        out = {}
+    def _bound(self, series: dict) -> dict:
+        """What one scrape may bring in, deterministically: a sample repeated with the same labels is kept once
+        (summing repeats once turned a KV usage of 0.6 into 1.0), at most MAX_ENGINES (model_name, engine)
+        pairs, and of the re-exported families one sample per label set we pass on (samples differing only
+        in a label we strip would be duplicates on /metrics), MAX_REEXPORTED in all. The rest is counted in
+        vllm_headroom_series_dropped_total."""
+        from exporter.vllm.names import PASS_LABELS
+
+        dropped = 0
+        out: dict = {}
         for name, group in series.items():
-            kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
-            self.dropped_series += len(group) - len(kept)
-            if kept:
+            seen: set = set()
+            kept = []
+            for s in group:
+                key = tuple(sorted(s[1]))
+                if key in seen:
+                    continue
+                seen.add(key)
+                kept.append(s)
+            dropped += len(group) - len(kept)
+            out[name] = kept
+        pairs = sorted({(s.label("model_name"), s.label("engine")) for group in out.values() for s in group})
+        if len(pairs) > MAX_ENGINES:
+            keep = set(pairs[:MAX_ENGINES])
+            for name, group in list(out.items()):
+                kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
+                dropped += len(group) - len(kept)
                 out[name] = kept
+            self._warn_cap(f"{len(pairs)} model/engine pairs, more than the {MAX_ENGINES} kept")
+        budget, over = MAX_REEXPORTED, False
+        for name in _reexported_keys():
+            group = out.get(name)
+            if not group:
+                continue
+            seen = set()
+            kept = []
+            for s in group:
+                key = tuple(sorted((k, v) for k, v in s[1] if k in PASS_LABELS))
+                if key in seen:
+                    continue
+                if budget <= 0:
+                    over = True
+                    continue
+                seen.add(key)
+                kept.append(s)
+                budget -= 1
+            dropped += len(group) - len(kept)
+            out[name] = kept
+        if over:
+            self._warn_cap(f"more than {MAX_REEXPORTED} re-exported samples")
+        self.dropped_series += dropped
+        return {name: group for name, group in out.items() if group}
+
+    def _warn_cap(self, what: str) -> None:
         if not self._warned_cap:
-            log.warning("%s: %d model/engine pairs, more than the %d kept; the rest are dropped and counted in "
-                        "vllm_headroom_series_dropped_total", self.name, len(keys), MAX_ENGINES)
+            log.warning("%s: %s; the rest are dropped and counted in vllm_headroom_series_dropped_total",
+                        self.name, what)
             self._warned_cap = True
-        return out
 
     def reexported(self) -> dict:
         if self._rendered is None:
@@ -145,6 +203,9 @@ class Daemon:
             self.servers[sc.name] = ServerState(sc, cfg.prefix_cache_window_s, tailer)
         self.gpu: GpuSampler | None = None
         self._tasks: list[asyncio.Task] = []
+        # One thread does every log read and every state save, so a poll still running when the tail task is
+        # cancelled finishes before close() saves: never two writers of one state file.
+        self._log_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs")
         self._tails_polled = False
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
@@ -171,7 +232,7 @@ class Daemon:
     def report(self) -> None:
         """Say once, at startup, what is being watched."""
         for s in self.servers.values():
-            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.url, s.config.interval_s,
+            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.safe_url, s.config.interval_s,
                      s.config.timeout_s, f", log {s.config.log.path} ({s.config.log.format})" if s.config.log else "")
         log.info("state kept in %s; prefix-cache window %gs; listening on %s", self.cfg.state_dir,
                  self.cfg.prefix_cache_window_s, self.cfg.listen_address)
@@ -195,12 +256,17 @@ class Daemon:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await session.close()
-            for s in self.servers.values():
-                if s.tailer:
-                    s.tailer.close()
+            await asyncio.get_running_loop().run_in_executor(self._log_thread, self.close_tailers)
+            self._log_thread.shutdown(wait=True)
             if self.gpu is not None:
                 self.gpu.stop()
             log.info("stopped; log offsets saved")
+
+    def close_tailers(self) -> None:
+        """Save every log position; runs on the log thread, after any poll still in flight there."""
+        for s in self.servers.values():
+            if s.tailer:
+                s.tailer.close()
 
     async def _scrape_loop(self, session: aiohttp.ClientSession, s: ServerState) -> None:
         await asyncio.sleep(random.uniform(0, min(0.5, s.config.interval_s / 10)))  # spread many servers
@@ -218,18 +284,19 @@ class Daemon:
     async def _tail_loop(self) -> None:
         tailers = [s.tailer for s in self.servers.values() if s.tailer]
 
+        loop = asyncio.get_running_loop()
+
         def poll_all(due: list[LogTailer]) -> None:
-            for t in due:
-                t.poll()
+            for t in tailers:
+                if t in due:
+                    t.poll()
+                else:
+                    t.save_if_due()
 
         while True:
             try:
-                due = [t for t in tailers if t.needs_poll()]  # stats here; reads in a thread, off the loop
-                if due:
-                    await asyncio.to_thread(poll_all, due)
-                for t in tailers:
-                    if t not in due:
-                        t.save_if_due()
+                due = [t for t in tailers if t.needs_poll()]  # stats here; reads and saves on the log thread
+                await loop.run_in_executor(self._log_thread, poll_all, due)
                 self._tails_polled = True
             except asyncio.CancelledError:
                 raise
@@ -260,10 +327,18 @@ def run(cfg: Config) -> int:
                  "on" if web_config.ssl_context else "off", len(web_config.users))
     daemon = Daemon(cfg)
     host, port = _host_port(cfg.listen_address)
-    app = build_app(daemon, daemon.registry, web_config=web_config)
+    guard = ConnectionGuard()
+    app = build_app(daemon, daemon.registry, web_config=web_config, guard=guard)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(app, host, port, web_config.ssl_context if web_config else None, guard, stop)
+
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=5,
-                    ssl_context=web_config.ssl_context if web_config else None)
+        asyncio.run(main())
     except OSError as exc:
         log.error("cannot listen on %s: %s", cfg.listen_address, exc)
         return 2

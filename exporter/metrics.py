@@ -111,8 +111,8 @@ class HeadroomCollector:
         last = _g("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
         errs = _c("scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"])
         size = _g("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
-        dropped = _c("series_dropped", "vLLM samples dropped because the server showed more (model_name, engine) "
-                     "pairs than the cardinality cap.", ["server"])
+        dropped = _c("series_dropped", "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
+                     "beyond the cap of 64, re-exported samples beyond 20000 per server.", ["server"])
         for st in states:
             up.add_metric([st.name], 1 if st.up else 0)
             if st.scrapes:

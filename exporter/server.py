@@ -11,7 +11,8 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.encode import text_format
-from exporter.webconfig import WebConfig, auth_middleware
+from exporter.httpguard import ConnectionGuard
+from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
 if TYPE_CHECKING:
     from exporter.daemon import Daemon
@@ -32,7 +33,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def landing(request: web.Request) -> web.Response:
     d = request.app[DAEMON_KEY]
     rows = "".join(
-        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.url)}</td>"
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.safe_url)}</td>"
         f"<td>{'up' if s.up else 'down'}</td><td>{html.escape(s.config.log.path) if s.config.log else '-'}</td></tr>"
         for s in d.servers.values())
     gpus = len(d.gpu.states) if d.gpu else 0
@@ -57,9 +58,13 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True,
-              web_config: "WebConfig | None" = None) -> web.Application:
+              web_config: "WebConfig | None" = None, guard: "ConnectionGuard | None" = None) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
-    middlewares = [auth_middleware(web_config)] if web_config is not None and web_config.users else []
+    middlewares = [guard.middleware()] if guard is not None else []  # first: a request waiting on auth is busy
+    if web_config is not None and web_config.allowed_sans:
+        middlewares.append(san_middleware(web_config.allowed_sans))
+    if web_config is not None and web_config.users:
+        middlewares.append(auth_middleware(web_config))
     app = web.Application(middlewares=middlewares)
     app[DAEMON_KEY] = daemon
     app[REGISTRY_KEY] = registry

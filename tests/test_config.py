@@ -111,3 +111,63 @@ def test_shipped_example_config_is_valid():
 
     cfg = load_config(str(Path(__file__).parent.parent / "deploy" / "headroom.example.yaml"))
     assert [s.name for s in cfg.servers] == ["prefill-0", "decode-0"] and cfg.gpu.backend == "auto"
+
+
+@pytest.mark.parametrize("text, where", [
+    ("servers:\n  - name: a\n    interval: .nan\n", "servers[0].interval"),
+    ("servers:\n  - name: a\n    interval: .inf\n", "servers[0].interval"),
+    ("state_save_interval: " + "9" * 401 + "\n", "state_save_interval"),
+    ("servers:\n  - name: a\n    max_response_bytes: " + "9" * 401 + "\n", "servers[0].max_response_bytes"),
+    ("gpu: {fake_count: " + "9" * 401 + "}\n", "gpu.fake_count"),
+])
+def test_values_no_scrape_loop_can_live_with_are_refused(tmp_path, text, where):
+    got = problems(tmp_path, text)
+    assert len(got) == 1 and f": {where}: expected" in got[0], got
+
+
+def test_deep_nesting_invalid_utf8_and_duplicate_keys_are_clear_errors(tmp_path):
+    assert problems(tmp_path, "servers: " + "[" * 100_000 + "]" * 100_000 + "\n")[0].endswith("nested too deeply")
+    path = tmp_path / "headroom.yaml"
+    path.write_bytes(b"state_dir: /tmp/\xff\xfe\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    assert "not a UTF-8 text file" in err.value.problems[0]
+    got = problems(tmp_path, "servers:\n  - name: a\n    interval: 5s\n    interval: 1s\n")
+    assert "line 4" in got[0] and "duplicate key 'interval'" in got[0]
+
+
+def test_a_yaml_alias_bomb_is_reported_without_expanding_it(tmp_path):
+    import resource
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):  # 10^9 leaves when expanded; a few hundred bytes as written
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    lines.append("servers:\n  - name: s\n    interval: *a8")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    got = problems(tmp_path, "\n".join(lines) + "\n")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert any("servers[0].interval: expected a duration" in p for p in got)
+    assert any(": a0: unknown key" in p for p in got)
+    assert all(len(p) < 400 for p in got)
+    assert grown_mb < 200, f"the error message expanded the aliases ({grown_mb:.0f} MB)"
+
+
+def test_check_config_validates_the_referenced_web_config(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "web.yaml").write_text("basic_auth_users: {alice: not-a-hash}\n")
+    path = write(tmp_path, f"web_config_file: {tmp_path / 'web.yaml'}\n")
+    r = subprocess.run([sys.executable, "-m", "exporter", "check-config", path], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "basic_auth_users.alice: expected a bcrypt hash" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_credentials_in_a_target_url_are_redacted():
+    from exporter.config import redact_text, redact_url
+
+    url = "http://scraper:pa55w0rd@10.0.0.1:8000/metrics"
+    assert redact_url(url) == "http://***@10.0.0.1:8000/metrics"
+    assert redact_url("http://10.0.0.1:8000/metrics") == "http://10.0.0.1:8000/metrics"
+    assert "pa55w0rd" not in redact_text("cannot connect to scraper:pa55w0rd@10.0.0.1", url)

@@ -91,6 +91,7 @@ def test_systemd_unit():
     svc = unit["Service"]
     assert "vllm-headroom serve --config" in svc["ExecStart"] and "check-config" in svc["ExecStartPre"]
     assert svc["KillSignal"] == "SIGTERM" and svc["StateDirectory"] == "vllm-headroom"
+    assert int(svc["LimitNOFILE"]) >= 1024  # the listener's connection cap stays below it
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
 

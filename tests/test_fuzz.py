@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -56,10 +57,15 @@ def _key(v: float):
     return "nan" if math.isnan(v) else v
 
 
+METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
 @given(st.text(max_size=400))
 def test_parser_never_crashes_on_any_text(text):
     expo = parse(text)
-    assert expo.errors >= 0 and all(isinstance(s.value, float) for s in expo.samples)
+    assert len(expo.samples) + expo.errors <= text.count("\n") + 1  # at most one sample or one error a line
+    assert (expo.errors == 0) == (expo.first_error is None)
+    assert all(isinstance(s.value, float) and METRIC_NAME.match(s.name) for s in expo.samples)
 
 
 @given(exposition())
@@ -77,7 +83,21 @@ def test_parser_agrees_with_prometheus_client_where_both_accept(text):
 @given(st.binary(max_size=3000))
 def test_log_reader_never_crashes_on_any_bytes(data):
     report = triage_stream("fuzz", io.BytesIO(data))
-    assert report["lines"] >= 0
+    assert report["lines"] <= data.count(b"\n") + 1  # never more lines than the bytes hold
+
+
+@given(st.lists(st.binary(max_size=300).map(lambda b: b.replace(b"\n", b"")), max_size=30))
+def test_the_tailer_accounts_for_every_line_of_any_bytes(tmp_path_factory, lines):
+    from exporter.config import LogSource
+    from exporter.logs.tailer import LogTailer
+
+    path = tmp_path_factory.mktemp("fuzz") / "v.log"
+    data = b"".join(line + b"\n" for line in lines)
+    path.write_bytes(data)
+    t = LogTailer("s", LogSource(str(path), "plain"), None)
+    t.poll()  # never raises
+    assert t.health.lines_read + t.health.read_errors == len(lines)  # each line analysed, or counted as an error
+    assert t._safe == (len(data), len(lines))  # and the offset that would be saved is past all of them
 
 
 OOM_WORDS = ("outofmemory", "out of memory", "alloc_failed", "memoryallocation", "no available memory",

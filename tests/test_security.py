@@ -64,6 +64,19 @@ def wait_port(port: int, proc) -> None:
     raise AssertionError("exporter did not listen")
 
 
+def until_lines_read(port: int) -> None:
+    from exporter.exposition import parse
+
+    deadline = time.monotonic() + 60  # a hang guard
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            samples = parse(r.read().decode()).samples
+        if any(s.name == "vllm_headroom_log_lines_read_total" and s.value > 0 for s in samples):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the log was not read")
+
+
 def stop(proc) -> str:
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
@@ -113,6 +126,26 @@ def test_tls_with_client_certificates_and_basic_auth(tmp_path, pki):
     assert "s3cret-pass" not in err and hashed not in err
 
 
+@pytest.mark.parametrize("allowed, status", [(["not-this.example"], 403), (["localhost"], 200)])
+def test_client_allowed_sans_is_enforced(tmp_path, pki, allowed, status):
+    proc, port = serve(tmp_path, {"tls_server_config": {
+        "cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"),
+        "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
+        "client_allowed_sans": allowed}})
+    try:
+        wait_port(port, proc)
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "client.crt"), str(pki / "client.key"))  # SANs: 127.0.0.1, localhost
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=30) as r:
+                got = r.status
+        except urllib.error.HTTPError as err:
+            got = err.code
+        assert got == status
+    finally:
+        stop(proc)
+
+
 def test_bad_web_config_is_refused_without_echoing_secrets(tmp_path):
     path = tmp_path / "web.yaml"
     path.write_text(yaml.safe_dump({"basic_auth_users": {"alice": "plaintext-password!"},
@@ -141,7 +174,7 @@ def test_sigterm_flushes_state_and_exits_cleanly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml")],
                             stderr=subprocess.PIPE, text=True)
     wait_port(port, proc)
-    time.sleep(1.0)  # the log is read (the state is saved every 10 s: only SIGTERM saves it this soon)
+    until_lines_read(port)  # the log is read; SIGTERM must then leave the state at its end
     err = stop(proc)
     assert proc.returncode == 0, err
     assert "watching s:" in err and "stopped; log offsets saved" in err  # the startup report and the goodbye
@@ -150,15 +183,57 @@ def test_sigterm_flushes_state_and_exits_cleanly(tmp_path):
 
 
 def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
-    from exporter.config import LogSource
-    from exporter.logs.tailer import LogTailer
+    """Two servers through the real collector: text in a's log that names b neither counts for b nor becomes a
+    label value; a's own OOM is counted exactly once."""
+    from exporter.config import parse_config
+    from exporter.daemon import Daemon
+    from exporter.encode import text_format
+    from exporter.exposition import parse
 
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_text('(APIServer pid=1) INFO:     server="b" (EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] '
-                 'torch.OutOfMemoryError: CUDA out of memory\n' + "\x1b[31m\x00\x07" * 1000 + "\n")
-    b.write_text("")
-    ta, tb = LogTailer("a", LogSource(str(a)), None), LogTailer("b", LogSource(str(b)), None)
-    ta.poll()
-    tb.poll()
-    assert tb.analyzer.counts["oom"] == 0
-    assert ta.analyzer.counts["oom"] == 0  # not at the start of a message: a forged prefix is not an exception line
+                 'torch.OutOfMemoryError: CUDA out of memory\n' + "\x1b[31m\x00\x07" * 1000 + "\n"
+                 "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory\n")
+    b.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n")
+    cfg = parse_config({"state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"}, "servers": [
+        {"name": "a", "url": "http://127.0.0.1:9/metrics", "log": str(a)},
+        {"name": "b", "url": "http://127.0.0.1:9/metrics", "log": str(b)}]})
+    daemon = Daemon(cfg)
+    for s in daemon.servers.values():
+        assert s.tailer is not None
+        s.tailer.poll()
+        s.tailer.poll()  # the log has gone quiet: a failure still undecided is settled now
+    samples = parse(text_format(daemon.registry).decode()).samples
+    ooms: dict[str, float] = {}
+    for s in samples:
+        if s.name == "vllm_headroom_oom_events_total":
+            ooms[s.label("server")] = ooms.get(s.label("server"), 0) + s.value
+    assert ooms.get("a") == 1 and not ooms.get("b")
+    assert {s.label("server") for s in samples if s.label("server")} == {"a", "b"}
+    assert not any("OutOfMemory" in v or "\x1b" in v for s in samples for _k, v in s.labels)
+
+
+def test_credentials_in_a_target_url_never_reach_the_landing_page_or_the_log(tmp_path):
+    port = free_port()
+    url = f"http://scraper:pa55w0rd@127.0.0.1:{free_port()}/metrics"  # nothing answers: the failure is logged
+    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
+           "servers": [{"name": "s", "url": url, "interval": "1s"}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "DEBUG", "serve", "--config",
+                             str(tmp_path / "c.yaml")], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:
+            page = r.read().decode()
+        deadline = time.monotonic() + 60  # a hang guard
+        while time.monotonic() < deadline:  # until the first scrape has happened, and been logged
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30):
+                    break
+            except urllib.error.HTTPError:
+                time.sleep(0.05)
+    finally:
+        err = stop(proc)
+    assert "127.0.0.1" in page and "pa55w0rd" not in page and "scraper" not in page
+    assert "watching s: http://***@127.0.0.1" in err and "not answering yet" in err
+    assert "pa55w0rd" not in err

@@ -210,3 +210,224 @@ def test_rotation_in_a_loop_by_rename_copytruncate_delete_and_recreate(tmp_path)
     t.poll()
     assert ooms(t) == written and written > 10
     assert t.health.rotations >= 15 and t.health.truncations >= 15
+
+
+# Lines that once raised out of the analyzer or the decoder (issue 14, item 7): a number past int()'s 4300
+# digits, one past float's range, and a docker json record nested 5000 deep (json raises RecursionError).
+POISON_PLAIN = ["INFO 10-01 09:00:45 gpu_executor.py:122] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 2048",
+                "(EngineCore_DP0 pid=2) INFO 08-16 12:00:30 [kv_cache_utils.py:1] GPU KV cache size: " + "9" * 400
+                + " tokens"]
+NESTED_DOCKER = '{"log": ' + "[" * 5000 + "]" * 5000 + ', "stream": "stderr"}'
+
+
+def docker_record(text: str) -> str:
+    import json
+
+    return json.dumps({"log": text + "\n", "stream": "stderr", "time": "2026-08-16T12:00:01.000000001Z"})
+
+
+def test_poison_lines_lose_no_oom_and_the_offset_matches_what_was_counted(tmp_path):
+    p = tmp_path / "v.log"
+    lines = [START, READY]
+    for i in range(10):
+        lines += [POISON_PLAIN[i % 2], OOM, STATS]
+    append(p, *lines)
+    t = tailer(tmp_path, p)
+    t.poll()  # must not raise, and must not stop at the first poison line
+    assert ooms(t) == 10
+    t.close()
+    t2 = tailer(tmp_path, p)  # a restart resumes where the count stands: nothing counted again
+    t2.poll()
+    assert ooms(t2) == 10
+    append(p, OOM)
+    t2.poll()
+    assert ooms(t2) == 11
+
+
+def test_docker_record_nested_5000_deep_is_counted_and_passed_over(tmp_path):
+    p = tmp_path / "d.log"
+    lines = [NESTED_DOCKER, docker_record(START)]  # first: the format is still told from the lines after it
+    for _ in range(5):
+        lines += [NESTED_DOCKER, docker_record(OOM), docker_record(STATS)]
+    append(p, *lines)
+    t = tailer(tmp_path, p)
+    t.poll()
+    assert t._decoder is not None and t._decoder.format == "docker"
+    assert ooms(t) == 5
+    assert t.health.read_errors == 6  # each nested record, counted (vllm_headroom_log_read_errors_total)
+    t.close()
+    t2 = tailer(tmp_path, p)
+    t2.poll()
+    assert ooms(t2) == 5
+
+
+def test_symlink_flipped_back_and_forth_counts_each_oom_once(tmp_path):
+    a, b, link = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "current.log"
+    append(a, START, READY)
+    append(b, START, READY)
+    os.symlink(a, link)
+    t = tailer(tmp_path, link)
+    t.poll()
+    written = 0
+    for i in range(5):  # A -> B -> A -> B -> A -> B, an OOM in each before the flip
+        target = a if i % 2 == 0 else b
+        append(target, OOM, STATS)
+        written += 1
+        t.poll()
+        os.remove(link)
+        os.symlink(b if target == a else a, link)
+        t.poll()
+    assert ooms(t) == written
+    t.close()
+    t2 = tailer(tmp_path, link)  # the positions of both files survive a restart
+    os.remove(link)
+    os.symlink(a, link)
+    t2.poll()
+    assert ooms(t2) == written
+
+
+def test_two_live_files_under_one_glob_count_each_oom_once(tmp_path):
+    d = tmp_path / "pods"
+    d.mkdir()
+    old, new = d / "old.log", d / "new.log"  # a rolling update: both pods still write
+    append(old, START, READY)
+    append(new, START, READY)
+    t = LogTailer("s", LogSource(str(d / "*.log")), str(tmp_path / "state"))
+    written = 0
+    for i in range(8):
+        target = old if i % 2 == 0 else new
+        append(target, OOM, STATS)
+        written += 1
+        os.utime(target, (1_000_000 + i, 1_000_000 + i))  # this one is the newest now, whatever the clock
+        t.poll()
+    assert ooms(t) == written
+
+
+def test_state_with_a_null_offset_is_refused_not_resumed(tmp_path, caplog):
+    import json
+
+    p = tmp_path / "v.log"
+    append(p, START, READY, OOM, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    t.close()
+    state = tmp_path / "state" / "s.tail.json"
+    data = json.loads(state.read_text())
+    data["offset"] = None  # valid JSON, wrong: it once resumed from byte 0 with the counters kept
+    state.write_text(json.dumps(data))
+    t2 = tailer(tmp_path, p)
+    t2.poll()
+    assert ooms(t2) == 1
+    assert "cannot use state file" in caplog.text and "offset" in caplog.text
+
+
+def test_concurrent_saves_never_collide_and_leave_no_temp_files(tmp_path, caplog):
+    import json
+    import threading
+
+    p = tmp_path / "v.log"
+    append(p, START, READY, OOM)
+    t = tailer(tmp_path, p)
+    t.poll()
+
+    def save_many() -> None:
+        for _ in range(150):
+            t.save_state(force=True)
+
+    threads = [threading.Thread(target=save_many) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert "cannot write state file" not in caplog.text
+    assert sorted(os.listdir(tmp_path / "state")) == ["s.tail.json"]
+    assert json.loads((tmp_path / "state" / "s.tail.json").read_text())["analyzer"]["counts"]["oom"] == 1
+
+
+def test_a_failed_save_leaves_no_temp_file_and_is_retried(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, OOM)
+    t = tailer(tmp_path, p)
+    t.poll()
+    state = tmp_path / "state" / "s.tail.json"
+    if state.exists():
+        state.unlink()
+    state.mkdir(parents=True)  # the rename onto it fails
+    t.save_state(force=True)
+    assert sorted(os.listdir(tmp_path / "state")) == ["s.tail.json"]
+    assert t._dirty  # tried again at the next save
+
+
+def test_file_opened_empty_and_read_in_the_same_poll_is_recognised_after_a_restart(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY)
+    t = tailer(tmp_path, p)
+    t.poll()
+    os.rename(p, str(p) + ".1")
+    p.write_text("")  # the new file is empty when the tailer opens it ...
+    t.poll()
+    append(p, OOM, STATS)
+    t._drain()  # ... and has grown by the time it is read in that same poll (the race, made deterministic)
+    t.close()
+    t2 = tailer(tmp_path, p)  # once recounted everything from byte 0
+    t2.poll()
+    assert ooms(t2) == 1
+    append(p, OOM)
+    os.rename(p, str(p) + ".1")  # rotated while stopped: what was not read yet is finished from path.1
+    t2.close()
+    p.write_text("")
+    t3 = tailer(tmp_path, p)
+    t3.poll()
+    assert ooms(t3) == 2
+
+
+def test_copytruncate_regrown_to_exactly_the_old_size_is_noticed(tmp_path):
+    import shutil
+
+    p = tmp_path / "v.log"
+    append(p, START, READY, STATS)
+    t = tailer(tmp_path, p)
+    t.poll()
+    size = os.path.getsize(p)
+    shutil.copyfile(p, str(p) + ".1")
+    with open(p, "r+") as f:
+        f.truncate(0)
+    line = OOM + " " * 10  # padded so the file comes back to exactly its old size
+    head = START + "\n" + READY + "\n"  # the same first bytes as before
+    with open(p, "w") as f:
+        f.write(head + line + "x" * (size - len(head) - len(line) - 1) + "\n")
+    assert os.path.getsize(p) == size
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock must not hide the write
+    assert t.needs_poll()
+    t.poll()
+    assert ooms(t) == 1 and t.health.truncations == 1
+
+
+def test_an_unreadable_log_is_warned_about_once_not_every_poll(tmp_path, caplog, monkeypatch):
+    import builtins
+
+    p = tmp_path / "v.log"
+    append(p, START)
+    real_open = builtins.open
+
+    def denied(path, *args, **kwargs):
+        if str(path) == str(p):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)  # as root, chmod 000 would not stop us
+    t = tailer(tmp_path, p)
+    for _ in range(20):
+        t.poll()
+    assert t.health.read_errors == 20
+    assert caplog.text.count("cannot open") == 1
+
+
+def test_a_line_after_a_copytruncate_hole_of_nuls_is_read(tmp_path):
+    p = tmp_path / "v.log"
+    with open(p, "wb") as f:
+        f.write((START + "\n").encode() + b"\x00" * 4096 + (OOM + "\n").encode())
+    t = tailer(tmp_path, p)
+    t.poll()
+    assert ooms(t) == 1

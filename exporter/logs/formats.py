@@ -45,6 +45,8 @@ def detect_format(sample: bytes) -> str:
         if raw.startswith(b"{"):
             try:
                 obj = json.loads(raw)
+            except RecursionError:  # a record nested thousands deep says nothing of the format: look further
+                continue
             except ValueError:
                 return "plain"
             if isinstance(obj, dict) and isinstance(obj.get("log"), str):
@@ -78,6 +80,7 @@ class LineDecoder:
         self._pending_start = 0
         self._pending_time: str | None = None
         self._pending_truncated = False
+        self.undecodable = 0  # records of the format that could not be read (kept as plain text, counted)
 
     def feed(self, raw: bytes, number: int, truncated: bool = False) -> LogLine | None:
         """Take one physical line (without or with its newline); return a whole line when one ends."""
@@ -115,8 +118,11 @@ class LineDecoder:
             time = obj.get("time")
             if not isinstance(piece, str):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
-            # A garbled or cut record: keep what can be read rather than lose the line.
+        except (ValueError, KeyError, TypeError, RecursionError):
+            # A garbled or cut record (or one nested thousands deep, which json refuses with RecursionError):
+            # keep what can be read rather than lose the line, and count it unless it was cut on purpose.
+            if not truncated:
+                self.undecodable += 1
             return self._finish_one(raw, number, None, True)
         data = piece.encode("utf-8", errors="replace")
         time = time if isinstance(time, str) else None

@@ -14,10 +14,11 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from exporter.config import LogSource
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
@@ -28,6 +29,8 @@ FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 STATE_VERSION = 1
 SAVE_EVERY_S = 10.0  # offsets and counters are saved together, so an older save re-reads, never recounts
+MAX_KNOWN_FILES = 16  # files left behind (symlink flips, several pods under one glob) whose offsets are kept
+WARN_EVERY_S = 60.0  # a repeating problem (an unreadable file, poison lines) is logged at most this often
 
 
 def _inode(path: str) -> int | None:
@@ -39,6 +42,31 @@ def _inode(path: str) -> int | None:
 
 def _fingerprint(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
+
+
+def _identity(st: os.stat_result) -> str:
+    """Device and inode: with the fingerprint of the first bytes, what tells one file from another."""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _position(entry: Any) -> dict[str, Any]:
+    """A saved position, checked field by field: valid JSON with `offset: null` must not pass (it recounted)."""
+    if not isinstance(entry, dict):
+        raise ValueError("a file position is not a mapping")
+    out: dict[str, Any] = {}
+    for key in ("offset", "line", "fp_len"):
+        value = entry.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key} is {value!r}, expected a whole number >= 0")
+        out[key] = value
+    if not isinstance(entry.get("fingerprint"), str):
+        raise ValueError("fingerprint is not a string")
+    out["fingerprint"] = entry["fingerprint"]
+    fmt = entry.get("format")
+    if fmt is not None and fmt not in ("plain", "cri", "docker"):
+        raise ValueError(f"format is {fmt!r}")
+    out["format"] = fmt
+    return out
 
 
 @dataclass
@@ -81,8 +109,16 @@ class LogTailer:
         self._last_save = 0.0
         self._dirty = False
         self._last_size = 0
+        self._last_mtime = 0  # with the size: a file rewritten to exactly its old size still gets a poll
+        self._tail = b""  # the bytes just before our read position, to notice a rewrite of the same size
         self._skipping = False  # inside an over-long line whose rest is being dropped
         self._skipped = 0
+        self._ident: str | None = None  # device:inode of the open file
+        self._fresh = True  # no file opened yet: the saved state applies to the first one
+        self._known: dict[str, dict[str, Any]] = {}  # device:inode -> position in a file we left
+        self._save_lock = threading.Lock()  # one writer of the state file at a time
+        self._warned: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
         self._load_state()
 
     # -- persistence ------------------------------------------------------------------------
@@ -93,37 +129,86 @@ class LogTailer:
         try:
             with open(self.state_path, encoding="utf-8") as f:
                 data = json.load(f)
-            if data.get("version") != STATE_VERSION or data.get("path") != self.pattern:
+            if not isinstance(data, dict) or data.get("version") != STATE_VERSION or data.get("path") != self.pattern:
                 log.info("%s: state file %s is for another log or version; starting afresh", self.server,
                          self.state_path)
                 return
-            self.analyzer = restore(data["analyzer"])
-            self._saved = data
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            saved = _position(data)
+            saved["file"] = data.get("file") if isinstance(data.get("file"), str) else None
+            inode = data.get("inode")
+            saved["inode"] = inode if isinstance(inode, int) and not isinstance(inode, bool) else None
+            saved["ident"] = data.get("ident") if isinstance(data.get("ident"), str) else None
+            known = {}
+            for ident, entry in (data.get("known") or {}).items():
+                known[str(ident)] = _position(entry)
+            analyzer = restore(data["analyzer"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             log.warning("%s: cannot use state file %s (%s); reading the log from its start", self.server,
                         self.state_path, exc)
-            self.analyzer = LogAnalyzer()
+            return
+        self.analyzer, self._saved, self._known = analyzer, saved, known
 
     def save_state(self, force: bool = False) -> None:
+        """Write offsets and counters together: a unique temp file, fsync, rename, so a reader (or a kill)
+        sees the old state or the new one, never half of one; one writer at a time."""
         if not self.state_path or not (self._dirty or force):
             return
-        with self.lock:
-            data = {"version": STATE_VERSION, "path": self.pattern, "file": self.path, "fingerprint": self._fp, "fp_len": self._fp_len,
-                    "offset": self._safe[0], "line": self._safe[1], "inode": self._inode,
-                    "format": self._decoder.format if self._decoder else None,
-                    "analyzer": snapshot(self.analyzer), "saved_at": time.time()}
-            self._dirty = False
-        tmp = f"{self.state_path}.tmp.{os.getpid()}"
-        try:
-            os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-            self._last_save = time.monotonic()
-        except OSError as exc:
-            log.warning("%s: cannot write state file %s: %s", self.server, self.state_path, exc)
+        with self._save_lock:
+            with self.lock:
+                data = {"version": STATE_VERSION, "path": self.pattern, "file": self.path, "fingerprint": self._fp,
+                        "fp_len": self._fp_len, "offset": self._safe[0], "line": self._safe[1],
+                        "inode": self._inode, "ident": self._ident, "format": self._decoder.format if self._decoder else None,
+                        "known": dict(self._known), "analyzer": snapshot(self.analyzer), "saved_at": time.time()}
+                self._dirty = False
+            directory = os.path.dirname(self.state_path) or "."
+            tmp = None
+            try:
+                os.makedirs(directory, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.state_path) + ".", suffix=".tmp",
+                                           dir=directory)
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.state_path)
+                tmp = None
+                self._last_save = time.monotonic()
+            except OSError as exc:
+                self._dirty = True  # try again at the next save
+                self._warn("save", "%s: cannot write state file %s: %s", self.server, self.state_path, exc)
+            finally:
+                if tmp is not None:
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+
+    def _remember_current(self) -> None:
+        """Keep the position in the open file, so coming back to it (a symlink flipped back, the other pod's log
+        under one glob) resumes there instead of reading it again from byte 0."""
+        if self._ident is None or self._fh is None:
+            return
+        self._known.pop(self._ident, None)
+        self._known[self._ident] = {"fingerprint": self._fp, "fp_len": self._fp_len, "offset": self._safe[0],
+                                    "line": self._safe[1],
+                                    "format": self._decoder.format if self._decoder else None}
+        while len(self._known) > MAX_KNOWN_FILES:
+            del self._known[next(iter(self._known))]
+
+    def _warn_due(self, what: str) -> bool:
+        """At most one log line per WARN_EVERY_S for a repeating problem (an unreadable file, poison lines)."""
+        now = time.monotonic()
+        last = self._warned.get(what)
+        if last is not None and now - last < WARN_EVERY_S:
+            self._suppressed[what] = self._suppressed.get(what, 0) + 1
+            return False
+        self._warned[what] = now
+        return True
+
+    def _warn(self, what: str, msg: str, *args: Any) -> None:
+        if self._warn_due(what):
+            n = self._suppressed.pop(what, 0)
+            log.warning(msg + (f" ({n} more like it not logged)" if n else ""), *args)
 
     # -- following the file -------------------------------------------------------------------
 
@@ -135,22 +220,32 @@ class LogTailer:
             st = os.stat(self.path)
         except OSError:
             return True
-        return st.st_ino != self._inode or st.st_size != self._last_size or self.analyzer.pending is not None
+        return (st.st_ino != self._inode or st.st_size != self._last_size or st.st_mtime_ns != self._last_mtime
+                or self.analyzer.pending is not None)
 
     def poll(self) -> int:
-        """Read what is new; returns the number of lines fed. Never raises for file trouble."""
+        """Read what is new; returns the number of lines fed. Never raises: a line the decoder or the analyzer
+        cannot take is counted (read_errors) and passed over, and file trouble is counted and retried."""
         fed = 0
         try:
-            if self._fh is None and not self._open(first=True):
+            if self._fh is None and not self._open(first=self._fresh):
                 return 0
             fed += self._check_rotation()
             fed += self._drain()
             if not fed and self.analyzer.pending is not None:
-                self.analyzer.flush()  # the log went quiet with a failure still undecided: count it now
+                with self.lock:  # the collector reads the analyzer under the same lock
+                    self.analyzer.flush()  # the log went quiet with a failure still undecided: count it now
                 self._dirty = True
         except OSError as exc:
             self.health.read_errors += 1
-            log.warning("%s: reading %s failed: %s", self.server, self.path, exc)
+            self._warn("read", "%s: reading %s failed: %s", self.server, self.path, exc)
+            self._remember_current()  # reopened later at the last complete line, not at byte 0
+            self._close()
+        except Exception:  # a bug of ours: counted, logged, and the next poll goes on from the safe offset
+            self.health.read_errors += 1
+            if self._warn_due("bug"):
+                log.exception("%s: unexpected error while reading %s", self.server, self.path)
+            self._remember_current()
             self._close()
         self.save_if_due()
         return fed
@@ -191,6 +286,7 @@ class LogTailer:
                 return False
             if first and self._saved is not None and self._saved.get("file") not in (None, found):
                 self._saved["fp_len"] = 0  # another file than the one we left: start it from the top
+                self._saved["fingerprint"] = ""
             self.path = found
         try:
             fh = open(self.path, "rb")
@@ -201,30 +297,47 @@ class LogTailer:
             return False
         except OSError as exc:
             self.health.read_errors += 1
-            log.warning("%s: cannot open %s: %s", self.server, self.path, exc)
+            self._warn("open", "%s: cannot open %s: %s", self.server, self.path, exc)
             return False
-        st = os.fstat(fh.fileno())
-        head = fh.read(FINGERPRINT_BYTES)
-        self._fh, self._inode = fh, st.st_ino
+        self._warned.pop("open", None)
+        try:
+            st = os.fstat(fh.fileno())
+            head = fh.read(FINGERPRINT_BYTES)
+        except OSError:
+            fh.close()
+            raise
+        self._fh, self._inode, self._ident = fh, st.st_ino, _identity(st)
         self._fp, self._fp_len = _fingerprint(head), len(head)
+        self._fresh = False
         self.health.file_present = True
         self._reset_partial()
+        self._tail = b""
         saved, self._saved = self._saved, None
         start, line = 0, 0
         fmt = None
         if first and saved is not None:
-            n = int(saved.get("fp_len", 0))
-            same = n and n <= len(head) and _fingerprint(head[:n]) == saved.get("fingerprint")
-            # Same first bytes, but our old inode now lives at path.1: a rotation whose new file happens to
-            # start like the old one (checksums alone cannot tell them apart).
-            moved = saved.get("inode") not in (None, st.st_ino) and _inode(self.path + ".1") == saved["inode"]
-            if same and not moved and int(saved["offset"]) <= st.st_size:
-                start, line, fmt = int(saved["offset"]), int(saved["line"]), saved.get("format")
+            n = saved["fp_len"]
+            same = n <= len(head) and _fingerprint(head[:n]) == saved["fingerprint"]
+            # Same first bytes but another file (device and inode differ): a rotation whose new file starts like
+            # the old one, or a symlink now pointing elsewhere; checksums alone cannot tell them apart.
+            other = saved["ident"] not in (None, self._ident) or saved["inode"] not in (None, st.st_ino)
+            if same and not other and saved["offset"] <= st.st_size:
+                start, line, fmt = saved["offset"], saved["line"], saved["format"]
                 log.info("%s: resuming %s at byte %d (line %d)", self.server, self.path, start, line)
             else:
-                self._drain_rotated_sibling(saved)
+                drained = self._drain_rotated_sibling(saved)
+                if not drained and saved["ident"] not in (None, self._ident):  # left, not gone: we may come back
+                    self._known.setdefault(saved["ident"], {k: saved[k] for k in ("fingerprint", "fp_len", "offset",
+                                                                               "line", "format")})
                 log.info("%s: %s is not the file we left (rotated or replaced while stopped); reading it from "
                          "the start", self.server, self.path)
+        if start == 0:
+            known = self._known.pop(self._ident, None)
+            if known is not None:
+                n = known["fp_len"]
+                if n <= len(head) and _fingerprint(head[:n]) == known["fingerprint"] and known["offset"] <= st.st_size:
+                    start, line, fmt = known["offset"], known["line"], known["format"]
+                    log.info("%s: back to %s, read before: resuming at byte %d", self.server, self.path, start)
         self._offset, self._line_no = start, line
         self._safe = (start, line)
         fh.seek(start)
@@ -237,7 +350,7 @@ class LogTailer:
         """Forget a line read only in part (its rest will be read again, or never comes)."""
         self._buf, self._skipping, self._skipped = b"", False, 0
 
-    def _drain_rotated_sibling(self, saved: dict) -> None:
+    def _drain_rotated_sibling(self, saved: dict) -> bool:
         """Finish the file we were reading from `path.1`: renamed there while we were stopped, or copied there by
         copytruncate before the truncation we just saw."""
         sibling = self.path + ".1"
@@ -245,16 +358,20 @@ class LogTailer:
             with open(sibling, "rb") as fh:
                 n = int(saved.get("fp_len", 0))
                 head = fh.read(n)
-                if not n or _fingerprint(head) != saved.get("fingerprint"):
-                    return
+                if _fingerprint(head) != saved.get("fingerprint"):
+                    return False
+                # An empty fingerprint (the file was empty when opened) proves nothing: then the inode must match.
+                if not n and saved.get("ident") != _identity(os.fstat(fh.fileno())):
+                    return False
                 fh.seek(int(saved["offset"]))
                 self._line_no = int(saved["line"])
                 self._reset_partial()  # re-read from the sibling instead
                 self._decoder = LineDecoder(saved.get("format") or "plain", self.max_line_bytes)
                 log.info("%s: finishing the rotated %s from byte %s", self.server, sibling, saved["offset"])
                 self._consume_stream(fh, final=True)
+                return True
         except OSError:
-            return
+            return False
 
     def _check_rotation(self) -> int:
         if self.is_glob:
@@ -263,6 +380,7 @@ class LogTailer:
                 fed = self._drain(final=True)
                 self.health.rotations += 1
                 log.info("%s: following %s (newest match of %s)", self.server, newest, self.pattern)
+                self._remember_current()
                 self._close()
                 self._open()
                 return fed
@@ -275,6 +393,7 @@ class LogTailer:
             fed += self._drain(final=True)  # the rest of the old file first
             self.health.rotations += 1
             log.info("%s: %s was rotated; following the new file", self.server, self.path)
+            self._remember_current()
             self._close()
             self._open()
             return fed
@@ -303,12 +422,31 @@ class LogTailer:
             return True
         if len(head) > self._fp_len:  # the file grew past the fingerprint: widen it
             self._fp, self._fp_len = _fingerprint(head), len(head)
+        if self._tail and pos >= len(self._tail):
+            # copytruncate, then regrown to exactly where we were: the first bytes may match (the same startup
+            # banner), the bytes before our position will not
+            if os.pread(self._fh.fileno(), len(self._tail), pos - len(self._tail)) != self._tail:
+                return True
         return False
 
     def _drain(self, final: bool = False) -> int:
         if self._fh is None:
             return 0
-        return self._consume_stream(self._fh, final)
+        fed = self._consume_stream(self._fh, final)
+        pos = self._fh.tell()
+        self._tail = os.pread(self._fh.fileno(), min(pos, 64), pos - min(pos, 64)) if pos else b""
+        try:
+            self._last_mtime = os.fstat(self._fh.fileno()).st_mtime_ns
+        except OSError:
+            pass
+        if self._fp_len < FINGERPRINT_BYTES and self._offset > self._fp_len:
+            # opened (nearly) empty and grown since: widen the fingerprint before it is saved with this offset,
+            # so a restart can still recognise the file by its first bytes
+            head = os.pread(self._fh.fileno(), FINGERPRINT_BYTES, 0)
+            if len(head) > self._fp_len and _fingerprint(head[: self._fp_len]) == self._fp:
+                with self.lock:
+                    self._fp, self._fp_len = _fingerprint(head), len(head)
+        return fed
 
     def _consume_stream(self, fh: BinaryIO, final: bool = False) -> int:
         fed = 0
@@ -381,7 +519,14 @@ class LogTailer:
                         self.health.lines_cut += 1
                         text = encoded[:cap].decode("utf-8", errors="replace")
                         cut = True
-                feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut))
+                if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
+                    text = text.lstrip("\x00")
+                try:
+                    feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None,
+                                 cut))
+                except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
+                    self._poison(number, exc)
+                    continue
                 fed += 1
             self._line_no = number
             self._offset += len(complete)
@@ -389,6 +534,12 @@ class LogTailer:
             self.health.lines_read += fed
             self._dirty = self._dirty or fed > 0
         return fed
+
+    def _poison(self, number: int, exc: Exception) -> None:
+        """A line the decoder or the analyzer cannot take: counted as a read error, its offset still consumed."""
+        self.health.read_errors += 1
+        self._warn("poison", "%s: %s line %d could not be analysed (%s); skipped and counted in "
+                   "vllm_headroom_log_read_errors_total", self.server, self.path, number, type(exc).__name__)
 
     def _feed_lines(self, lines: list[tuple[bytes, int, bool]]) -> int:
         """Feed (bytes, bytes consumed from the file, cut) physical lines; advance the offsets."""
@@ -398,16 +549,27 @@ class LogTailer:
         dec = self._decoder
         fed = 0
         with self.lock:
+            undecodable = dec.undecodable
             for raw, consumed, cut in lines:
                 self._line_no += 1
                 self._offset += consumed
                 self.health.lines_cut += cut
-                line = dec.feed(raw, self._line_no, cut)
-                if line is not None:
-                    self.analyzer.feed(line)
-                    fed += 1
+                if raw[:1] == b"\x00":  # the hole a copytruncate leaves before a writer's next line
+                    raw = raw.lstrip(b"\x00")
+                try:
+                    line = dec.feed(raw, self._line_no, cut)
+                    if line is not None:
+                        self.analyzer.feed(line)
+                        fed += 1
+                except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
+                    self._poison(self._line_no, exc)
                 if not dec.pending:
                     self._safe = (self._offset, self._line_no)
+            bad = dec.undecodable - undecodable
+            if bad:
+                self.health.read_errors += bad
+                self._warn("undecodable", "%s: %s: %d %s record(s) could not be decoded; kept as plain text",
+                           self.server, self.path, bad, dec.format)
             self.health.lines_read += fed
             self._dirty = self._dirty or fed > 0
         return fed

@@ -12,8 +12,10 @@ from exporter.exposition import Sample, parse
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
-ERROR_REASONS = ("refused", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics", "other")
+ERROR_REASONS = ("refused", "dns", "tls", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics",
+                 "other")
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+PARSE_INLINE_BYTES = 64 * 1024  # one vLLM engine's answer (~18 KB) is parsed on the loop; larger ones are not
 
 
 @dataclass
@@ -51,12 +53,24 @@ async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max
                 chunks.append(chunk)
     except asyncio.TimeoutError:
         return ScrapeResult(False, "timeout", f"no complete answer within {timeout_s:g}s")
+    except aiohttp.ClientConnectorDNSError as exc:  # before its base class: a name that does not resolve
+        return ScrapeResult(False, "dns", str(exc.os_error or exc)[:200])
+    except aiohttp.ClientSSLError as exc:  # handshake or certificate (both connector errors too)
+        return ScrapeResult(False, "tls", f"{type(exc).__name__}: {str(exc)[:200]}")
     except aiohttp.ClientConnectorError as exc:
         return ScrapeResult(False, "refused", str(exc.os_error or exc)[:200])
     except (aiohttp.ClientError, OSError) as exc:
         return ScrapeResult(False, "other", f"{type(exc).__name__}: {str(exc)[:200]}")
+    if size > PARSE_INLINE_BYTES:  # a large answer is parsed on a worker thread: /metrics keeps being served
+        return await asyncio.get_running_loop().run_in_executor(None, _parse, chunks, size)
+    return _parse(chunks, size)
+
+
+def _parse(chunks: list[bytes], size: int) -> ScrapeResult:
     body = b"".join(chunks).decode("utf-8", errors="replace")
+    chunks.clear()
     expo = parse(body)
+    del body
     if not expo.samples:
         return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size)
     series = normalize(expo.samples)
