@@ -254,3 +254,23 @@ def test_the_scheduler_dump_in_its_real_shapes_names_the_step():
     assert stage_of(ready + [new] + traceback(SERVING)) == ("prefill", "scheduler_dump")
     assert stage_of(ready + [cached] + traceback(SERVING, prefix="(EngineCore pid=176) ERROR 04-23 21:09:12 "
                                                                    "[core.py:1] ")) == ("decode", "scheduler_dump")
+
+
+def test_a_startup_failure_the_markers_only_place_roughly_waits_for_its_traceback():
+    start = "INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.8.3"
+    message = "ERROR 08-16 12:00:09 [core.py:1] EngineCore failed: CUDA out of memory. Tried to allocate 2.00 GiB."
+    a = feed([start, message] + traceback(PROFILE))
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("kv_cache_alloc", "frame")
+    a = feed([start, message])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.confidence) == ("loading_unknown", "low")
+
+
+def test_an_undecided_failure_survives_a_restart_of_the_daemon():
+    from exporter.logs.stages import restore, snapshot
+
+    a = feed([traceback(CAPTURE)[-1]])
+    assert a.pending is not None
+    b = restore(snapshot(a))
+    b.feed(LogLine(2, 'INFO:     10.0.0.5:51234 - "POST /v1/completions HTTP/1.1" 200 OK'))
+    assert b.first_oom is not None and (b.first_oom.stage, b.first_oom.stage_evidence) == ("runtime_unknown", "serving")

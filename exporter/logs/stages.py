@@ -367,9 +367,10 @@ class LogAnalyzer:
     def _count_oom(self, ev: Event) -> list[Event]:
         out = self._emit(ev)
         if out:
-            if ev.stage_evidence == "none":
-                # Nothing above the failure says when it hit; what follows often does (a traceback logged after
-                # its message, serving going on, a restart). Counted once decided, or at the next quiet moment.
+            if ev.confidence == "low":
+                # Little above the failure says when it hit; what follows often does (a traceback logged after
+                # its message, serving going on, a restart). Counted once decided, or at the next quiet moment
+                # with what was known when it was logged.
                 self.pending, self._pending_since = ev, self.lines
                 return out
             self._tally(ev)
@@ -397,7 +398,19 @@ class LogAnalyzer:
             return
         frames = self._frames.get(self._last_frame_key) or []
         if not self._decide_by_frames(frames):
-            self._decide_pending(UNDECIDED_STAGE, "none", "low")
+            self._keep_provisional()
+
+    def _keep_provisional(self, serving: str | None = None) -> None:
+        """Count the pending failure as it was classified when logged; `serving` (a confidence): serving went on
+        after it, which says runtime when nothing at all had said when it hit."""
+        ev = self.pending
+        if ev is None:
+            return
+        if serving is not None and ev.stage_evidence == "none":
+            self._decide_pending("runtime_unknown", "serving", serving)
+        else:
+            assert ev.stage is not None and ev.stage_evidence is not None and ev.confidence is not None
+            self._decide_pending(ev.stage, ev.stage_evidence, ev.confidence)
 
     def _decide_by_frames(self, frames: list[str]) -> bool:
         decided = _stage_from_frames(frames, self.epoch)
@@ -460,16 +473,14 @@ class LogAnalyzer:
     def _serving(self) -> None:
         """The API server answered a request (an error, maybe): the engine had been ready."""
         self._saw_runtime = True
+        self._keep_provisional(serving="medium")
         ep = self.epoch
         if not ep.ready and not ep.crashed:  # the API server takes requests only once the engine is up
             ep.ready = True
-        if self.pending is not None:
-            self._decide_pending("runtime_unknown", "serving", "medium")
 
     def _healthy(self) -> None:
         self._saw_runtime = True
-        if self.pending is not None:
-            self._decide_pending("runtime_unknown", "serving", "low")
+        self._keep_provisional(serving="low")
         if self._open:
             self._open.clear()
         ep = self.epoch
@@ -734,8 +745,9 @@ def snapshot(a: LogAnalyzer) -> dict[str, Any]:
         "last_step": [[k, v] for k, v in a._last_step.items()],
         "frames": [[k, v] for k, v in a._frames.items()],
         "saw_runtime": a._saw_runtime,
-        "pending": None if a.pending is None else {"line": a.pending.line, "time": a.pending.time,
-                                                   "cause": a.pending.cause, "evidence": a.pending.evidence},
+        "pending": None if a.pending is None else {
+            "line": a.pending.line, "time": a.pending.time, "cause": a.pending.cause, "evidence": a.pending.evidence,
+            "stage": a.pending.stage, "stage_evidence": a.pending.stage_evidence},
     }
 
 
@@ -758,6 +770,8 @@ def restore(data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
     a._saw_runtime = bool(data["saw_runtime"])
     pending = data.get("pending")
     if pending:
-        a.pending = Event(int(pending["line"]), pending.get("time"), "oom", UNDECIDED_STAGE, "runtime",
-                          pending.get("evidence"), cause=pending.get("cause"), stage_evidence="none", confidence="low")
+        stage = pending.get("stage") if pending.get("stage") in P.STAGES else UNDECIDED_STAGE
+        a.pending = Event(int(pending["line"]), pending.get("time"), "oom", stage, P.phase_of(stage),
+                          pending.get("evidence"), cause=pending.get("cause"),
+                          stage_evidence=str(pending.get("stage_evidence") or "none"), confidence="low")
     return a
