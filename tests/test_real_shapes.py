@@ -274,3 +274,12 @@ def test_an_undecided_failure_survives_a_restart_of_the_daemon():
     b = restore(snapshot(a))
     b.feed(LogLine(2, 'INFO:     10.0.0.5:51234 - "POST /v1/completions HTTP/1.1" 200 OK'))
     assert b.first_oom is not None and (b.first_oom.stage, b.first_oom.stage_evidence) == ("runtime_unknown", "serving")
+
+
+def test_the_per_rank_step_map_stays_bounded():
+    a = LogAnalyzer()
+    dump = ("(EngineCore_DP{n} pid=9) ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model "
+            "execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{a: 1}})")
+    for n in range(20_000):
+        a.feed(LogLine(n + 1, dump.format(n=n)))
+    assert len(a._last_step) <= 300

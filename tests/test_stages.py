@@ -78,7 +78,9 @@ def test_restart_opens_a_new_epoch_and_stage_follows_markers():
 def test_log_starting_mid_run_reads_as_runtime():
     a = feed([STATS, f"(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] {OOM}"])
     assert a.events[0].phase == "runtime"
-    assert a.epoch.engine_stage in ("crashed", "ready")
+    assert a.epoch.engine_stage == "ready"  # the OOM alone does not say the engine died ...
+    a.feed(LogLine(3, "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] EngineCore encountered a fatal error."))
+    assert a.epoch.engine_stage == "crashed"  # ... its fatal-error line does
 
 
 def test_engine_stage_progresses_through_startup():

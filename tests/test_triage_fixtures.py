@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
+from exporter.logs.patterns import EVENT_KINDS, STAGES, phase_of
 from exporter.triage import triage_stream
 from tests.helpers import expectations, fixture_names, fixture_text, wrap_cri, wrap_docker
 
@@ -75,12 +77,20 @@ def test_json_contract(name):
                 "enable_prefix_caching", "kv_cache_tokens", "max_concurrency"):
         assert key in report["facts"]
     assert "weight_loading_s" in report["startup"] and "graph_capture_s" in report["startup"]
+    assert json.loads(json.dumps(report)) == report  # plain JSON, nothing that only Python can print
+    assert report["format"] in ("plain", "cri", "docker") and isinstance(report["ready_before_first_oom"], bool)
+    assert isinstance(report["recovered_memory_events"], list) and isinstance(report["next_move"], str)
+    assert report["next_move"] and report["lines"] > 0
     first = report["first_oom"]
+    assert (first is None) == (expectations(name).get("first_oom") == "null")
     if first is not None:
-        assert set(first) >= {"line", "time", "stage", "phase", "evidence"}
-        assert first["phase"] in ("loading", "runtime")
+        assert set(first) >= {"line", "time", "stage", "phase", "evidence", "stage_evidence", "confidence"}
+        assert first["stage"] in STAGES and first["phase"] == phase_of(first["stage"])
+        assert first["stage_evidence"] in ("message", "frame", "scheduler_dump", "readiness", "marker", "serving",
+                                           "none")
+        assert first["confidence"] in ("high", "medium", "low")
         # the evidence is the matched line's message and nothing else of the log
         line = fixture_text(name).split("\n")[first["line"] - 1]
         assert first["evidence"].rstrip("…") in line
     for ev in report["events"]:
-        assert {"line", "time", "kind"} <= set(ev)
+        assert {"line", "time", "kind"} <= set(ev) and ev["kind"] in EVENT_KINDS

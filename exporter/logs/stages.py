@@ -301,6 +301,8 @@ class LogAnalyzer:
                 counts = [int(v) for v in re.findall(r":\s*(\d+)", m.group("body"))]
                 if counts and max(counts) > P.DECODE_MAX_TOKENS:
                     step = "prefill"
+        if rec.dp_rank not in self._last_step and len(self._last_step) > MAX_PROCESSES:
+            self._last_step.clear()  # a log naming more DP ranks than any deployment has: keep memory bounded
         self._last_step[rec.dp_rank] = step
         self._last_step[-1] = step  # the latest of any rank
 
