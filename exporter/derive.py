@@ -69,11 +69,33 @@ def prefix_counters(series: dict[str, list[Sample]]) -> dict[tuple[str, str], tu
 
 
 def v0_hit_rate(series: dict[str, list[Sample]]) -> dict[str, float]:
-    """V0's own hit-rate gauge per model (0..1), for servers too old for the counters."""
+    """V0's own hit-rate gauge per model (0..1), for servers too old for the counters.
+
+    V0 reports -1 when prefix caching is off, and its figure is an average since start: a value outside
+    0..1 means "no ratio", never a negative one. The counters win wherever they exist (see hit_ratios).
+    """
     out: dict[str, float] = {}
     for s in series.get(names.PREFIX_HIT_RATE_V0) or ():
-        out[s.label("model_name")] = s.value
+        if 0.0 <= s.value <= 1.0:
+            out[s.label("model_name")] = s.value
     return out
+
+
+def memory_utilization(cfg: dict[str, str], facts: dict) -> float | None:
+    """The gpu_memory_utilization vLLM claims of each GPU (0..1]: cache_config_info's label, else the log's.
+
+    vLLM's CacheConfig.gpu_memory_utilization (vllm/config/cache.py; default 0.92 on main at commit 002f10e,
+    0.9 in earlier releases) is the per-instance share of the GPU's total it reserves at start and fills with
+    KV cache; cache_config_info carries every CacheConfig field as a label (CacheConfig.metrics_info).
+    """
+    for value in (cfg.get("gpu_memory_utilization"), facts.get("gpu_memory_utilization")):
+        try:
+            v = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if 0.0 < v <= 1.0:
+            return v
+    return None
 
 
 def cache_config(series: dict[str, list[Sample]]) -> dict[str, str]:

@@ -213,6 +213,9 @@ class HeadroomCollector:
         hit = _g("prefix_cache_hit_ratio", "Prefix-cache hits / queries (tokens) over the configured window, summed "
                  "over engines, reset-safe; absent with no queries.", ["server", "model_name"])
         enabled = _g("prefix_cache_enabled", "1 if prefix caching is on (cache_config_info or the log).", ["server"])
+        budget = _g("gpu_memory_utilization_ratio", "The gpu_memory_utilization vLLM was started with: the share of "
+                    "each GPU it claims and fills with weights, activations and KV cache (vllm:cache_config_info, "
+                    "else the startup log).", ["server"])
         window = _g("prefix_cache_window_seconds", "The window of prefix_cache_hit_ratio.", [])
         window.add_metric([], self.d.cfg.prefix_cache_window_s)
         for st in states:
@@ -244,7 +247,10 @@ class HeadroomCollector:
                 en = facts["enable_prefix_caching"]
             if en is not None:
                 enabled.add_metric([st.name], 1 if en else 0)
-        yield from (usage, headroom, cap, cap_log, mismatch, conc, hit, enabled, window)
+            util = derive.memory_utilization(st.cache_config, facts)
+            if util is not None:
+                budget.add_metric([st.name], util)
+        yield from (usage, headroom, cap, cap_log, mismatch, conc, hit, enabled, window, budget)
 
     def _reexport(self, states: list["ServerState"]) -> Iterator[Metric]:
         """vLLM's own series with a `server` label: rendered once per scrape, reused by every /metrics answer."""
@@ -265,9 +271,11 @@ class HeadroomCollector:
         used = _g("gpu_memory_used_bytes", f"GPU memory in use at the last sample ({window}).", labels)
         total = _g("gpu_memory_total_bytes", "GPU memory in total.", labels)
         reserved = _g("gpu_memory_reserved_bytes", "Driver-reserved GPU memory (NVML memory v2).", labels)
-        peak = _g("gpu_memory_peak_used_bytes", f"Highest GPU memory in use over the samples since the previous "
-                  f"scrape ({window}): a prefill spike between two scrapes still shows.", labels)
-        head = _g("gpu_memory_headroom_ratio", "(total - peak) / total since the previous scrape.", labels)
+        span = f"the last {sampler.peak_window_s:g}s" if sampler else "a trailing window"
+        peak = _g("gpu_memory_peak_used_bytes", f"Highest GPU memory in use over the samples of {span} ({window}): "
+                  "a prefill spike between two scrapes still shows, and reading this resets nothing.", labels)
+        head = _g("gpu_memory_headroom_ratio", f"(total - peak) / total, peak over {span}. Judge it against the "
+                  "budget vLLM was given (gpu_memory_utilization_ratio), not against 0.", labels)
         up = _g("gpu_up", "1 if the last read of this GPU succeeded.", labels)
         errs = _c("gpu_read_errors", "Failed reads of this GPU's memory.", labels)
         lost = _c("gpu_lost", "Reads that found the GPU lost (fallen off the bus).", labels)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from exporter import derive
 from exporter.config import ServerConfig
 from exporter.daemon import ServerState
-from exporter.exposition import parse
+from exporter.exposition import Sample, parse
+from exporter.vllm import names
 from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
 
@@ -90,3 +91,18 @@ def test_windows_of_engines_gone_for_longer_than_the_window_are_forgotten():
     for t in range(0, 300, 10):  # a new DP engine every scrape, each seen once (churn)
         s.update(result({f"e{t}": (t, 2 * t + 1)}), t)
     assert len(s.windows) <= 5
+
+
+def test_v0_hit_rate_of_minus_one_is_no_ratio():
+    """V0 exports -1 when prefix caching is off: never a negative ratio."""
+    off = {names.PREFIX_HIT_RATE_V0: [Sample(names.PREFIX_HIT_RATE_V0, (("model_name", "m"),), -1.0)]}
+    on = {names.PREFIX_HIT_RATE_V0: [Sample(names.PREFIX_HIT_RATE_V0, (("model_name", "m"),), 0.4)]}
+    assert derive.v0_hit_rate(off) == {}
+    assert derive.v0_hit_rate(on) == {"m": 0.4}
+
+
+def test_memory_utilization_prefers_the_metric_then_the_log():
+    assert derive.memory_utilization({"gpu_memory_utilization": "0.97"}, {"gpu_memory_utilization": 0.9}) == 0.97
+    assert derive.memory_utilization({}, {"gpu_memory_utilization": 0.9}) == 0.9
+    assert derive.memory_utilization({"gpu_memory_utilization": "None"}, {}) is None
+    assert derive.memory_utilization({"gpu_memory_utilization": "1.5"}, {}) is None

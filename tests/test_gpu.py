@@ -161,7 +161,28 @@ def test_sampler_sees_a_spike_between_scrapes():
     snap = {st.info.index: st for st in s.collect()}
     assert snap["0"].peak == 95 and snap["0"].used == 41
     again = {st.info.index: st for st in s.collect()}
-    assert again["0"].peak == 41  # the peak window restarts at each scrape
+    assert again["0"].peak == 95  # a second reader (another Prometheus, a curl) sees the same spike
+
+
+def test_sampler_peak_is_over_a_trailing_window(monkeypatch):
+    """The spike leaves the peak once it is older than the window, and only then; reads change nothing."""
+    import exporter.gpu.sampler as sampler_mod
+
+    clock = [1000.0]
+    monkeypatch.setattr(sampler_mod.time, "monotonic", lambda: clock[0])
+    fake = FakeGpuBackend(count=1, total_bytes=100)
+    s = GpuSampler(fake, interval_s=1, peak_window_s=60)
+    for used in (40, 95, 41):
+        fake.set_used(0, used)
+        s.sample_once()
+        clock[0] += 1
+    for _ in range(58):  # the spike (at t=1001) is 59 s old at the last of these samples (t=1060)
+        s.sample_once()
+        s.collect()
+        clock[0] += 1
+    assert s.collect()[0].peak == 95
+    s.sample_once()  # now 60 s old: out of the window
+    assert s.collect()[0].peak == 41
 
 
 def test_sampler_thread_runs_at_its_interval_and_survives_faults():

@@ -1,9 +1,11 @@
-"""Reads GPU memory on its own timer (10 Hz by default) in a thread, keeping the peak between scrapes.
+"""Reads GPU memory on its own timer (10 Hz by default) in a thread, keeping the peak over a trailing window.
 
 Sampling on our own timer departs from the exporter guide's read-on-scrape rule, as dcgm-exporter does,
-because a prefill spike lives for milliseconds: a 15 s scrape would never see it. The thread also keeps
-a slow NVML call from stalling the event loop. A failing GPU is marked down and retried with backoff;
-the other GPUs keep flowing.
+because a prefill spike lives for milliseconds: a 15 s scrape would never see it. The peak is the max of
+the samples of the last `peak_window_s` seconds, whoever reads it and how often: reading /metrics has no
+side effect, so two Prometheus replicas (or a curl) see the same spikes. The thread also keeps a slow NVML
+call from stalling the event loop. A failing GPU is marked down and retried with backoff; the other GPUs
+keep flowing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from exporter.gpu.base import GpuBackend, GpuError, GpuInfo
@@ -18,6 +21,7 @@ from exporter.gpu.base import GpuBackend, GpuError, GpuInfo
 log = logging.getLogger("vllm_headroom.gpu")
 MAX_BACKOFF_S = 30.0
 MAX_PROCESSES = 32
+PEAK_WINDOW_S = 60.0  # longer than any sane scrape interval, so every scrape sees every spike
 
 
 @dataclass
@@ -27,7 +31,7 @@ class GpuState:
     used: int | None = None
     total: int | None = None
     reserved: int | None = None
-    peak: int | None = None  # max used since the previous collect
+    peak: int | None = None  # max used over the trailing window
     samples: int = 0
     errors: int = 0
     lost: int = 0
@@ -35,12 +39,26 @@ class GpuState:
     retry_at: float = 0.0
     backoff: float = 0.0
     processes: list[tuple[int, int]] = field(default_factory=list)
+    # (monotonic time, used) with decreasing `used`: the front is the window's max (a sliding-window maximum)
+    window: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+
+    def observe(self, now: float, used: int, window_s: float) -> None:
+        """Add a sample and drop what left the window; O(1) amortized per sample."""
+        w = self.window
+        while w and w[-1][1] <= used:
+            w.pop()
+        w.append((now, used))
+        while w[0][0] <= now - window_s:
+            w.popleft()
+        self.peak = w[0][1]
 
 
 class GpuSampler:
-    def __init__(self, backend: GpuBackend, interval_s: float = 0.1, process_interval_s: float = 1.0) -> None:
+    def __init__(self, backend: GpuBackend, interval_s: float = 0.1, process_interval_s: float = 1.0,
+                 peak_window_s: float = PEAK_WINDOW_S) -> None:
         self.backend = backend
         self.interval_s = interval_s
+        self.peak_window_s = peak_window_s
         self.process_interval_s = process_interval_s
         self.states = {d.index: GpuState(d) for d in backend.devices()}
         self._lock = threading.Lock()
@@ -94,7 +112,7 @@ class GpuSampler:
                 st.up = True
                 st.backoff = 0.0
                 st.used, st.total, st.reserved = reading.used_bytes, reading.total_bytes, reading.reserved_bytes
-                st.peak = reading.used_bytes if st.peak is None else max(st.peak, reading.used_bytes)
+                st.observe(start, reading.used_bytes, self.peak_window_s)
                 st.samples += 1
                 st.last_success = time.time()
                 if procs is not None:
@@ -112,10 +130,7 @@ class GpuSampler:
             st.retry_at = now + st.backoff
 
     def collect(self) -> list[GpuState]:
-        """A snapshot for one scrape; peaks restart from the current value."""
+        """A snapshot for one scrape. Changes nothing: the peak is over a fixed trailing window, not per reader."""
         with self._lock:
-            out = []
-            for st in self.states.values():
-                out.append(GpuState(**{k: getattr(st, k) for k in st.__dataclass_fields__}))
-                st.peak = st.used
-            return out
+            return [GpuState(**{k: getattr(st, k) for k in st.__dataclass_fields__ if k != "window"})
+                    for st in self.states.values()]

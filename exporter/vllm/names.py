@@ -23,6 +23,9 @@ _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "")
 REEXPORT: dict[str, tuple[str, str]] = {
     "vllm:num_requests_running": ("requests_running", "gauge"),
     "vllm:num_requests_waiting": ("requests_waiting", "gauge"),
+    # newer V1 releases split the queue by reason: only `capacity` means the KV cache is short
+    # (`deferred` waits on something else); older ones do not export it, see the rules' fallback
+    "vllm:num_requests_waiting_by_reason": ("requests_waiting_by_reason", "gauge"),
     "vllm:num_preemptions_total": ("preemptions_total", "counter"),
     "vllm:prompt_tokens_total": ("prompt_tokens_total", "counter"),
     "vllm:generation_tokens_total": ("generation_tokens_total", "counter"),
@@ -41,7 +44,7 @@ REEXPORT_HISTOGRAMS: dict[str, str] = {
 KV_USAGE = "vllm:kv_cache_usage_perc"
 CACHE_CONFIG = "vllm:cache_config_info"
 PREFIX_HIT_RATE_V0 = "vllm:gpu_prefix_cache_hit_rate"  # V0's gauge, 0..1
-PASS_LABELS = ("model_name", "engine", "finished_reason", "le")
+PASS_LABELS = ("model_name", "engine", "finished_reason", "reason", "le")
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
 
 
