@@ -204,8 +204,14 @@ def test_http_endpoints_and_openmetrics(tmp_path):
             base = f"http://127.0.0.1:{rig.port}"
             async with rig.session.get(base + "/healthz") as r:
                 assert r.status == 200
-            async with rig.session.get(base + "/readyz") as r:
-                assert r.status == 200
+            # ready once every server was scraped and every log read once (the log is read on its own thread)
+            deadline = time.monotonic() + 60
+            while True:
+                async with rig.session.get(base + "/readyz") as r:
+                    if r.status == 200:
+                        break
+                    assert r.status == 503 and time.monotonic() < deadline, r.status
+                await asyncio.sleep(0.05)
             async with rig.session.get(base + "/") as r:
                 page = await r.text()
                 assert "prefill-0" in page and "/metrics" in page
