@@ -117,5 +117,6 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
     return (f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
             f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
             f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching; on "
-            f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set after each change and watch "
+            f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set "
+            f"after each change and watch "
             f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom.")

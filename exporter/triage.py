@@ -53,7 +53,9 @@ def _open_log(name: str, raw: BinaryIO) -> BinaryIO:
 
 
 def _looks_binary(head: bytes) -> bool:
-    """NUL bytes, or mostly bytes that are neither text nor UTF-8, in the first block."""
+    """NUL bytes, or mostly bytes that are neither text nor UTF-8, in the first block. A leading run of NULs is
+    the hole copytruncate leaves in a log, not binary data."""
+    head = head.lstrip(b"\x00")
     if not head:
         return False
     if b"\x00" in head:

@@ -283,3 +283,10 @@ def test_the_per_rank_step_map_stays_bounded():
     for n in range(20_000):
         a.feed(LogLine(n + 1, dump.format(n=n)))
     assert len(a._last_step) <= 300
+
+
+def test_a_log_that_starts_with_copytruncates_hole_is_still_a_log(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"\x00" * 4096 + "\n".join(traceback(LOAD)).encode())
+    done = _cli("--json", str(log))
+    assert done.returncode == 1 and b'"stage": "weight_loading"' in done.stdout
