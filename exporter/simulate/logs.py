@@ -1,6 +1,6 @@
 """vLLM log lines in vLLM's own format, for the simulator: startup, stats, access lines and failures.
 
-The shapes follow vLLM's format strings (see ../shared/vllm-reference.md and the fixtures' headers):
+The shapes follow vLLM's format strings (vllm/logger.py and the modules the fixtures' headers name):
 `(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] message`, tracebacks line by line, one per rank.
 """
 

@@ -35,7 +35,7 @@ REEXPORT: dict[str, tuple[str, str]] = {
     "vllm:external_prefix_cache_queries_total": ("external_prefix_cache_queries_tokens_total", "counter"),
     "vllm:external_prefix_cache_hits_total": ("external_prefix_cache_hits_tokens_total", "counter"),
 }
-# The histograms the dashboards and rules use (DESIGN: TTFT and queue time); each costs ~25 series per
+# The histograms the dashboards and rules use (TTFT and queue time); each costs ~25 series per
 # engine, so the others (inter-token latency, e2e latency) are left to a direct vLLM scrape.
 REEXPORT_HISTOGRAMS: dict[str, str] = {
     "vllm:time_to_first_token_seconds": "time_to_first_token_seconds",
