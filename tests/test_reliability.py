@@ -84,6 +84,14 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def write_config(path, port: int, state, log) -> None:
+    """A serve config for one log, state saved every 50 ms, no vLLM answering and no GPUs."""
+    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(state), "state_save_interval": "50ms",
+           "gpu": {"backend": "none"},
+           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
+    path.write_text(yaml.safe_dump(cfg))
+
+
 @pytest.mark.timeout(900)  # the hang guards fire long before; a loaded machine may need minutes
 def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path):
     log, state = tmp_path / "vllm.log", tmp_path / "state"
@@ -119,10 +127,7 @@ def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path
             writer_error.append(exc)
 
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(state), "state_save_interval": "50ms",
-           "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    write_config(tmp_path / "c.yaml", port, state, log)
     argv = ["--log-level", "ERROR", "serve", "--config", str(tmp_path / "c.yaml")]
     zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -209,10 +214,7 @@ def test_sigterm_while_a_large_log_is_being_read_leaves_one_valid_state(tmp_path
         for _ in range(1500):  # ~30 MB: several polls' worth of reading
             f.write(block)
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(state), "state_save_interval": "50ms",
-           "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    write_config(tmp_path / "c.yaml", port, state, log)
     cmd = [sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml")]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     until(lambda: listening(port) or proc.poll() is not None, "the daemon to listen")

@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 
 from exporter.config import parse_config
+from exporter.simulate.server import start
 from exporter.vllm import scrape
 
 HANG_S = 60.0
@@ -26,11 +27,7 @@ async def fetch(body: bytes, max_bytes: int) -> scrape.ScrapeResult:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await start(app)
     try:
         async with aiohttp.ClientSession() as session:
             return await scrape.fetch_metrics(session, f"http://127.0.0.1:{port}/metrics", HANG_S, max_bytes)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from exporter import webconfig
 from exporter.config import ConfigError
+from exporter.simulate.server import start as start_app
 from exporter.webconfig import auth_middleware, load_web_config
 
 HANG_S = 60.0  # a guard against a hang only
@@ -35,11 +36,7 @@ async def start(cfg: webconfig.WebConfig) -> tuple[web.AppRunner, str]:
 
     app = web.Application(middlewares=[auth_middleware(cfg)])
     app.router.add_get("/metrics", ok)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await start_app(app)
     return runner, f"http://127.0.0.1:{port}/metrics"
 
 
