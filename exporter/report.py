@@ -23,14 +23,19 @@ from typing import Any
 from exporter.generate.thresholds import Thresholds
 
 VERDICT_TEXT = {"tune_and_keep": "Tune and keep", "monitor_and_operate": "Monitor and operate",
-                "migrate_or_scale": "Migrate or scale"}
+                "migrate_or_scale": "Migrate or scale", "insufficient_data": "Insufficient data"}
 REASON_TEXT = {
-    "loading_oom": "loading-stage OOMs this week: check image, driver, hardware and parallel topology",
+    "weights_cannot_load": "the weights could not load and no later start succeeded: image, driver, hardware or "
+                           "parallel topology",
     "environment_check_failed": "an environment check of the deployment guide fails",
-    "runtime_oom": "runtime OOMs this week: reduce context, concurrency or retention, then scale",
-    "headroom_below_floor": "KV-cache headroom under the floor for much of the week at this load",
-    "headroom_tight": "headroom holds, but dips under the warning line: keep the alerts",
-    "stable_headroom": "stable headroom and no memory failures",
+    "loading_config_failure": "a start failed at graph capture, KV-cache allocation or warm-up and no later start "
+                              "succeeded: a configuration to fix",
+    "no_kv_data": "too little KV-cache data this week to judge: check the KV series and the exporter",
+    "runtime_oom_recurring": "runtime OOMs recur while KV headroom p05 stays under the warning line: scale",
+    "capacity_queueing": "requests waited for KV capacity much of the week at this load: scale",
+    "runtime_oom": "runtime OOMs this week: reduce context, concurrency or retention, replay, and watch",
+    "capacity_queueing_seen": "requests waited for KV capacity for a while: keep the alerts",
+    "stable_headroom": "no capacity queue and no memory failures",
 }
 
 
@@ -202,8 +207,7 @@ def plots(server: dict[str, Any], t: Thresholds) -> dict[str, str]:
         ax.plot(x, [d["p50"] for d in days], marker="o", label="median")
         ax.plot(x, [d["p05"] for d in days], marker="o", label="p05")
         ax.plot(x, [d["min"] for d in days], marker="o", label="minimum")
-        ax.axhline(t.kv_headroom_warning_ratio, color="orange", ls="--", lw=1, label="warning")
-        ax.axhline(t.capacity_floor_ratio, color="red", ls="--", lw=1, label="floor")
+        ax.axhline(t.kv_headroom_warning_ratio, color="orange", ls="--", lw=1, label="p05 line (with recurring OOMs)")
         ax.set_xticks(list(x), [d["day"][5:] for d in days])
         ax.set_ylim(0, 1)
         ax.set_ylabel("KV headroom")

@@ -61,18 +61,19 @@ def _headroom_steps(critical: float, warning: float) -> list[Threshold]:
 
 
 def oncall(t: Thresholds) -> Dashboard:
-    kv = _headroom_steps(t.kv_headroom_critical_ratio, t.kv_headroom_warning_ratio)
-    gpu = _headroom_steps(t.gpu_headroom_critical_ratio, t.gpu_headroom_warning_ratio)
+    over = _steps(("green", None), ("orange", 0.0), ("red", t.gpu_over_budget_warning_ratio))
     panels = [
         RowPanel(title="Headroom", gridPos=GridPos(1, 24, 0, 0)),
         _ts("KV-cache headroom per DP engine", [_t(
             f'vllm_headroom_kv_cache_headroom_ratio{{{SEL}, model_name=~"$model"}}', "{{server}} engine {{engine}}")],
-            (8, 12, 0, 1), "percentunit", "1 - KV-cache usage. Lines: the warning and critical thresholds of the "
-            "VllmKVCacheHeadroom alerts.", kv, 0, 1, "line"),
-        _ts("GPU memory headroom on peaks", [_t(f"vllm_headroom_gpu_memory_headroom_ratio{{{NODE}}}",
-                                                "{{instance}} GPU {{gpu}}")],
-            (8, 12, 12, 1), "percentunit", "(total - peak) / total, the peak of 10 Hz samples since the previous "
-            "scrape. Lines: the VllmGPUMemoryHeadroom thresholds.", gpu, 0, 1, "line"),
+            (8, 12, 0, 1), "percentunit", "1 - KV-cache usage. Near 0 at peak hours is vLLM working as designed "
+            "(it fills its budget with KV blocks): the page is on requests waiting for capacity, per engine.",
+            None, 0, 1, "line"),
+        _ts("GPU memory beyond vLLM's budget", [_t(f"gpu:vllm_headroom_gpu_memory_over_budget:ratio{{{NODE}}}",
+                                                   "{{instance}} GPU {{gpu}}")],
+            (8, 12, 12, 1), "percentunit", "Peak use (max of 10 Hz samples over a trailing window) / total, minus "
+            "the gpu_memory_utilization vLLM was given. At or under 0 is healthy; the line is the "
+            "VllmGPUMemoryOverBudget threshold.", over, None, None, "line"),
         _ts("Memory failures by stage", [_t(
             f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[$__rate_interval]))",
             "{{server}} {{phase}}: {{stage}}")], (8, 12, 0, 9), "short",
@@ -121,28 +122,31 @@ def _oom_annotations() -> Any:
 
 
 def capacity(t: Thresholds) -> Dashboard:
-    kv = _headroom_steps(t.kv_headroom_critical_ratio, t.kv_headroom_warning_ratio)
-    floor = _steps(("red", None), ("green", t.capacity_floor_ratio))
+    queue = _steps(("green", None), ("orange", 0.0001), ("red", t.capacity_floor_quantile))
     panels = [
         Table(title="Capacity verdict (7 days)", dataSource=DS, gridPos=GridPos(8, 24, 0, 0), targets=[
             _t(f"server:vllm_headroom_capacity_verdict:7d{{{SEL}}}", "", instant=True, fmt="table")],
               description="tune_and_keep / monitor_and_operate / migrate_or_scale per server, with the reason: "
-                          "loading-stage OOMs or failed environment checks -> migrate; runtime OOMs or headroom under "
-                          "the floor -> scale; headroom that needs alerts -> monitor and operate.",
+                          "weights that cannot load or a failed environment check -> migrate; a configuration "
+                          "failure at start -> fix it; requests waiting for KV capacity much of the week, or runtime "
+                          "OOMs recurring while headroom is short -> scale; a runtime OOM -> monitor and operate; "
+                          "no KV data -> insufficient_data.",
               transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True,
                                                                                 "__name__": True}}}]),
         BarGauge(title="KV-cache headroom, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 0, 8), targets=[
             _t(f"server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d{{{SEL}}}", "{{server}}", instant=True)],
-                 format="percentunit", min=0, max=1, thresholds=kv),
-        BarGauge(title=f"KV-cache headroom, {t.capacity_floor_quantile:g} quantile of the week",
+                 format="percentunit", min=0, max=1,
+                 description="Near 0 is normal for a busy server: vLLM fills its budget with KV cache."),
+        BarGauge(title="Share of the week with requests waiting for KV capacity",
                  dataSource=DS, gridPos=GridPos(8, 8, 8, 8), targets=[
-                     _t(f"server:vllm_headroom_kv_cache_headroom_ratio:floor_quantile7d{{{SEL}}}", "{{server}}",
-                        instant=True)], format="percentunit", min=0, max=1, thresholds=floor,
-                 description="Under the floor line here puts the server on the scale side of the verdict."),
+                     _t(f"server:vllm_headroom_requests_waiting_capacity:ratio7d{{{SEL}}}", "{{server}}",
+                        instant=True)], format="percentunit", min=0, max=1, thresholds=queue,
+                 description="Over the red line puts the server on the scale side of the verdict."),
         BarGauge(title="GPU memory headroom on peaks, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 16, 8),
                  targets=[_t(f"gpu:vllm_headroom_gpu_memory_headroom_ratio:min_over_time7d{{{NODE}}}",
                              "{{instance}} GPU {{gpu}}", instant=True)], format="percentunit", min=0, max=1,
-                 thresholds=_headroom_steps(t.gpu_headroom_critical_ratio, t.gpu_headroom_warning_ratio)),
+                 description="(total - peak) / total: compare with 1 - gpu_memory_utilization, the share vLLM "
+                             "leaves free by design."),
         BarGauge(title="Memory failures by stage, 7 days", dataSource=DS, gridPos=GridPos(8, 12, 0, 16), targets=[
             _t(f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
                "{{server}} {{phase}}: {{stage}}", instant=True)], format="short", min=0, max=10),

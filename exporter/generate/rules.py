@@ -80,30 +80,75 @@ def _after(duration: str, extra: int = 5) -> str:
     return f"{int(_minutes(duration)) + extra}m"
 
 
+def _seconds(duration: str) -> float:
+    return _minutes(duration) * 60
+
+
+ENGINE_BY = "job, instance, server, model_name, engine"
+WEEK_BY = "job, cluster, server"  # stable across rollouts: `instance` is a pod IP in Kubernetes
+CONFIG_STAGES = "graph_capture|kv_cache_alloc|warmup|loading_unknown"  # a configuration to fix, not hardware
+
+
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     sel = t.selector
     by = "job, instance, server"
     fw, bw = t.prefix_fast_window, t.prefix_baseline_window
+    E = ENGINE_BY
     fast = [
         ("server:vllm_headroom_kv_cache_headroom_ratio:min",
          f"min by ({by}) (vllm_headroom_kv_cache_headroom_ratio{{{sel}}})"),
         ("server:vllm_headroom_kv_cache_usage_ratio:max",
          f"max by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}})"),
+        # each evaluation with KV data stands for one recording interval: summed over 7 days, the hours of data
+        ("server:vllm_headroom_kv_cache_usage:hours",
+         f"count by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}}) * 0 + {_f(_seconds(t.recording_interval) / 3600)}"),
+        # Requests waiting for KV capacity, per DP engine. vLLM's num_requests_waiting_by_reason{reason=
+        # "capacity"} where it exports it; otherwise the engine's waiting requests while that same engine's
+        # cache is full (joined per engine: one full engine says nothing of another's queue).
+        ("engine:vllm_headroom_requests_waiting_capacity:sum",
+         f'sum by ({E}) (vllm_headroom_requests_waiting_by_reason{{{sel},reason="capacity"}})\nor\n(\n'
+         f"  sum by ({E}) (vllm_headroom_requests_waiting{{{sel}}})\n  * on ({E})\n"
+         f"  (max by ({E}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}}) >= bool {_f(t.kv_full_ratio)})\n"
+         f"  unless on ({E}) vllm_headroom_requests_waiting_by_reason{{{sel}}}\n)"),
+        ("server:vllm_headroom_requests_waiting_capacity:queueing",
+         f"max by ({by}) (avg_over_time(engine:vllm_headroom_requests_waiting_capacity:sum[{t.kv_queue_window}]))"
+         f" >= bool {_f(t.kv_queue_page_requests)}"),
+        (f"engine:vllm_headroom_preemptions:rate{t.preemption_window}",
+         f"sum by ({E}) (rate(vllm_headroom_preemptions_total{{{sel}}}[{t.preemption_window}]))"),
         ("gpu:vllm_headroom_gpu_memory_headroom_ratio:min",
          f"min by (job, instance, gpu) (vllm_headroom_gpu_memory_headroom_ratio{{{sel}}})"),
+        # GPU memory against the budget vLLM was given: it claims gpu_memory_utilization x total at start and
+        # fills it with KV cache, so used/total sits at the budget on a healthy server.
+        ("gpu:vllm_headroom_gpu_memory_peak_used:ratio",
+         f"max by (job, instance, gpu) (vllm_headroom_gpu_memory_peak_used_bytes{{{sel}}}\n"
+         f"  / vllm_headroom_gpu_memory_total_bytes{{{sel}}})"),
+        ("instance:vllm_headroom_gpu_memory_budget:ratio",
+         f"max by (job, instance) (vllm_headroom_gpu_memory_utilization_ratio{{{sel}}})"),
+        ("gpu:vllm_headroom_gpu_memory_over_budget:ratio",
+         "gpu:vllm_headroom_gpu_memory_peak_used:ratio\n"
+         "- on (job, instance) group_left ()\ninstance:vllm_headroom_gpu_memory_budget:ratio"),
         (f"server:vllm_headroom_prefix_cache_hits:rate{fw}",
          f"sum by ({by}) (rate(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[{fw}]))"),
         (f"server:vllm_headroom_prefix_cache_queries:rate{fw}",
          f"sum by ({by}) (rate(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[{fw}]))"),
         (t.hit_ratio_fast,
          f"server:vllm_headroom_prefix_cache_hits:rate{fw} / (server:vllm_headroom_prefix_cache_queries:rate{fw} > 0)"),
+        # the long window from the recorded per-server rates (one series a server), not a day of raw
+        # per-engine counters re-read every minute
         (t.hit_ratio_baseline,
-         f"sum by ({by}) (increase(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[{bw}]))\n"
-         f"/\n(sum by ({by}) (increase(vllm_headroom_prefix_cache_queries_tokens_total{{{sel}}}[{bw}])) > 0)"),
+         f"avg_over_time(server:vllm_headroom_prefix_cache_hits:rate{fw}[{bw}])\n"
+         f"/\n(avg_over_time(server:vllm_headroom_prefix_cache_queries:rate{fw}[{bw}]) > 0)"),
         ("server:vllm_headroom_preemptions:rate5m",
          f"sum by ({by}) (rate(vllm_headroom_preemptions_total{{{sel}}}[5m]))"),
         ("server:vllm_headroom_oom_events:increase1h",
          f"sum by ({by}, stage, phase) (increase(vllm_headroom_oom_events_total{{{sel}}}[1h]))"),
+        # when a loading-stage OOM was seen, and when the engine was last ready: a later successful start
+        # clears a loading failure in the weekly verdict
+        ("server:vllm_headroom_loading_oom:timestamp",
+         f'timestamp(sum by ({by}, stage) (increase(vllm_headroom_oom_events_total{{{sel},phase="loading"}}[5m])) '
+         "> 0)"),
+        ("server:vllm_headroom_engine_ready:timestamp",
+         f"timestamp(max by ({by}) (vllm_headroom_engine_ready{{{sel}}}) == 1)"),
         ("server:vllm_headroom_requests_waiting:sum", f"sum by ({by}) (vllm_headroom_requests_waiting{{{sel}}})"),
         ("server:vllm_headroom_requests_running:sum", f"sum by ({by}) (vllm_headroom_requests_running{{{sel}}})"),
     ]
@@ -112,20 +157,30 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
 
 def weekly_rules(t: Thresholds) -> list[dict[str, Any]]:
-    """The capacity review's 7-day rules: a file of their own, evaluated every 5 minutes."""
+    """The capacity review's 7-day rules: a file of their own, evaluated every 5 minutes, grouped by stable
+    labels (job, cluster, server) so a rollout that changes `instance` does not split a server's week."""
     q = _f(t.capacity_floor_quantile)
-    by = "job, instance, server"
+    W = WEEK_BY
     weekly = [
+        ("server:vllm_headroom_target:seen7d", f"max by ({W}) (max_over_time(vllm_headroom_target_up{{{t.selector}}}[7d]))"),
+        ("server:vllm_headroom_kv_cache_usage:hours7d",
+         f"sum by ({W}) (sum_over_time(server:vllm_headroom_kv_cache_usage:hours[7d]))"),
         ("server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d",
-         "min_over_time(server:vllm_headroom_kv_cache_headroom_ratio:min[7d])"),
+         f"min by ({W}) (min_over_time(server:vllm_headroom_kv_cache_headroom_ratio:min[7d]))"),
         ("server:vllm_headroom_kv_cache_headroom_ratio:floor_quantile7d",
-         f"quantile_over_time({q}, server:vllm_headroom_kv_cache_headroom_ratio:min[7d])"),
+         f"min by ({W}) (quantile_over_time({q}, server:vllm_headroom_kv_cache_headroom_ratio:min[7d]))"),
+        ("server:vllm_headroom_requests_waiting_capacity:ratio7d",
+         f"max by ({W}) (avg_over_time(server:vllm_headroom_requests_waiting_capacity:queueing[7d]))"),
         ("gpu:vllm_headroom_gpu_memory_headroom_ratio:min_over_time7d",
          "min_over_time(gpu:vllm_headroom_gpu_memory_headroom_ratio:min[7d])"),
         ("server:vllm_headroom_oom_events:increase7d",
-         f"sum by ({by}, phase) (increase(vllm_headroom_oom_events_total{{{t.selector}}}[7d]))"),
+         f"sum by ({W}, stage, phase) (increase(vllm_headroom_oom_events_total{{{t.selector}}}[7d]))"),
+        ("server:vllm_headroom_loading_oom:last_timestamp7d",
+         f"max by ({W}, stage) (max_over_time(server:vllm_headroom_loading_oom:timestamp[7d]))"),
+        ("server:vllm_headroom_engine_ready:last_timestamp7d",
+         f"max by ({W}) (max_over_time(server:vllm_headroom_engine_ready:timestamp[7d]))"),
         ("server:vllm_headroom_requests_running:max_over_time7d",
-         "max_over_time(server:vllm_headroom_requests_running:sum[7d])"),
+         f"max by ({W}) (max_over_time(server:vllm_headroom_requests_running:sum[7d]))"),
     ]
     return [{"name": "vllm-headroom.weekly", "interval": t.weekly_interval,
              "rules": [{"record": r, "expr": e} for r, e in weekly] + verdict_rules(t)}]
@@ -133,28 +188,45 @@ def weekly_rules(t: Thresholds) -> list[dict[str, Any]]:
 
 # The weekly verdict, in the guide's terms: each rule holds where the ones above it do not.
 VERDICTS = (
-    ("migrate_or_scale", "loading_oom"),
+    ("migrate_or_scale", "weights_cannot_load"),
     ("migrate_or_scale", "environment_check_failed"),
-    ("migrate_or_scale", "runtime_oom"),
-    ("migrate_or_scale", "headroom_below_floor"),
-    ("monitor_and_operate", "headroom_tight"),
+    ("tune_and_keep", "loading_config_failure"),
+    ("insufficient_data", "no_kv_data"),
+    ("migrate_or_scale", "runtime_oom_recurring"),
+    ("migrate_or_scale", "capacity_queueing"),
+    ("monitor_and_operate", "runtime_oom"),
+    ("monitor_and_operate", "capacity_queueing_seen"),
     ("tune_and_keep", "stable_headroom"),
 )
 
 
+def _uncleared(stages: str) -> str:
+    """Loading OOMs at these stages with no successful start after the last of them."""
+    W = WEEK_BY
+    last = f'server:vllm_headroom_loading_oom:last_timestamp7d{{stage=~"{stages}"}}'
+    return (f"group by ({W}) (\n  ({last} > on ({W}) group_left () server:vllm_headroom_engine_ready:last_timestamp7d)"
+            f"\n  or ({last} unless on ({W}) server:vllm_headroom_engine_ready:last_timestamp7d)\n)")
+
+
 def verdict_conditions(t: Thresholds) -> list[str]:
     sel = t.selector
-    by = "job, instance, server"
+    W = WEEK_BY
+    runtime = f'sum by ({W}) (server:vllm_headroom_oom_events:increase7d{{phase="runtime"}})'
     return [
-        f'group by ({by}) (server:vllm_headroom_oom_events:increase7d{{phase="loading"}} > 0)',
-        f"group by ({by}) (vllm_headroom_target_up{{{sel}}} * on (job, instance) group_left () "
+        _uncleared("weight_loading"),
+        f"group by ({W}) (vllm_headroom_target_up{{{sel}}} * on (job, instance) group_left () "
         f"(min by (job, instance) (vllm_headroom_environment_check{{{sel}}}) == 0))",
-        f'group by ({by}) (server:vllm_headroom_oom_events:increase7d{{phase="runtime"}} > 0)',
-        f"group by ({by}) (server:vllm_headroom_kv_cache_headroom_ratio:floor_quantile7d < "
-        f"{_f(t.capacity_floor_ratio)})",
-        f"group by ({by}) (server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d < "
-        f"{_f(t.kv_headroom_warning_ratio)})",
-        f"group by ({by}) (vllm_headroom_target_up{{{sel}}})",
+        _uncleared(CONFIG_STAGES),
+        f"group by ({W}) (server:vllm_headroom_target:seen7d unless on ({W}) "
+        f"(server:vllm_headroom_kv_cache_usage:hours7d >= {_f(t.weekly_min_data_hours)}))",
+        # runtime OOMs recurring (increase() extrapolates: > 1.5 is two or more) while the week's KV
+        # headroom p05 stays under the warning line
+        f"group by ({W}) (({runtime} > 1.5) and on ({W}) "
+        f"(server:vllm_headroom_kv_cache_headroom_ratio:floor_quantile7d < {_f(t.kv_headroom_warning_ratio)}))",
+        f"group by ({W}) (server:vllm_headroom_requests_waiting_capacity:ratio7d > {_f(t.capacity_floor_quantile)})",
+        f"group by ({W}) ({runtime} > 0.5)",
+        f"group by ({W}) (server:vllm_headroom_requests_waiting_capacity:ratio7d > 0)",
+        f"group by ({W}) (server:vllm_headroom_target:seen7d)",
     ]
 
 
@@ -164,7 +236,7 @@ def verdict_rules(t: Thresholds) -> list[dict[str, Any]]:
     for i, (verdict, reason) in enumerate(VERDICTS):
         expr = conds[i]
         if i:
-            expr = f"{expr}\nunless on (job, instance, server) (\n  " + "\nor\n  ".join(conds[:i]) + "\n)"
+            expr = f"{expr}\nunless on ({WEEK_BY}) (\n  " + "\nor\n  ".join(conds[:i]) + "\n)"
         rules.append({"record": "server:vllm_headroom_capacity_verdict:7d", "expr": expr,
                       "labels": {"verdict": verdict, "reason": reason}})
     return rules
@@ -173,10 +245,6 @@ def verdict_rules(t: Thresholds) -> list[dict[str, Any]]:
 def alert_specs(t: Thresholds) -> list[AlertSpec]:
     sel = t.selector
     by = "job, instance, server"
-    kvw, kvc = t.kv_headroom_warning_ratio, t.kv_headroom_critical_ratio
-    gw, gc = t.gpu_headroom_warning_ratio, t.gpu_headroom_critical_ratio
-    horizon_s = int(t.exhaustion_horizon_hours * 3600)
-    pr = t.preemption_rate_warning
     specs: list[AlertSpec] = []
 
     def oom_alert(name: str, phase: str, severity: str, routing: str, summary: str, description: str,
@@ -209,7 +277,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                     "before the failure.",
          "first": "Reduce one at a time: the context (`--max-model-len`, prompt caps), the concurrency "
                   "(`--max-num-seqs`, `--max-num-batched-tokens` for long prefills), or the cache retention "
-                  "(prefix caching, `VLLM_PREFIX_CACHE_RETENTION_INTERVAL`). Replay the same request set after "
+                  "(prefix caching, `--prefix-cache-retention-interval` (CacheConfig.prefix_cache_retention_interval, vllm/config/cache.py; sliding-window and Mamba cache groups only; in vLLM main at commit 002f10e and, per the team's reference, 0.33; older releases lack it: check `vllm serve --help`. vLLM has no environment variable for it)). Replay the same request set after "
                   "each change and watch the headroom.",
          "scale": "If the target load still leaves no stable headroom after those changes, scale out (more "
                   "replicas or GPUs); new hardware is not the first move for a runtime OOM.",
@@ -235,127 +303,143 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                      "the image tag, driver and CUDA versions, GPU model and count, and the parallel sizes."},
         "kv_cache_alloc", "decode"))
 
-    def headroom_case_set(metric_fn, metric: str, warn: float, for_: str, fire_labels: dict[str, str]) -> list[Case]:
-        below = round(warn - 0.01, 6)
-        return [
-            Case("below the threshold for long enough fires", [metric_fn(metric, f"{_f(below)}x60")],
-                 _after(for_), True, fire_labels),
-            Case("exactly at the threshold does not fire", [metric_fn(metric, f"{_f(warn)}x60")], _after(for_),
-                 False),
-            Case("below for less than `for` does not fire", [metric_fn(metric, f"0.5x{max(_minutes(for_) - 3, 0)} "
-                                                                       f"{_f(below)}x60")],
-                 f"{int(_minutes(for_))}m", False),
-        ]
-
     kv_runbook = {
-        "meaning": "The KV cache is nearly full on at least one DP engine: new requests queue and running ones get "
-                   "preempted (recomputed) as it fills.",
-        "confirm": "`vllm_headroom_kv_cache_usage_ratio` per engine, `vllm_headroom_requests_waiting`, "
-                   "`rate(vllm_headroom_preemptions_total[5m])`; compare with `vllm_headroom_kv_cache_capacity_tokens`.",
+        "meaning": "Requests wait because a DP engine's KV cache has no room for them: capacity, not compute, is "
+                   "the limit. A full cache alone is vLLM working as designed (it fills its memory budget with KV "
+                   "blocks); the symptom is the queue and the preemptions.",
+        "confirm": "`engine:vllm_headroom_requests_waiting_capacity:sum` per engine (vLLM's "
+                   "`num_requests_waiting_by_reason{reason=\"capacity\"}` where it has it), "
+                   "`vllm_headroom_kv_cache_usage_ratio` of the same engine, "
+                   f"`engine:vllm_headroom_preemptions:rate{t.preemption_window}`, the request mix (prompt "
+                   "lengths) and `vllm_headroom_kv_cache_capacity_tokens`. One engine queueing while the others "
+                   "have room points at DP routing, not capacity.",
         "first": "Tune: cap context per request, lower `--max-num-seqs`, enable prefix caching where prompts repeat, "
-                 "or use an fp8 KV cache; replay the same request set to confirm the headroom comes back.",
-        "scale": "If the target load keeps headroom under the floor after tuning, add replicas or GPUs (scale side of "
-                 "the weekly verdict).",
-        "evidence": "KV usage and headroom minima, preemption rate, queue length, request mix (prompt lengths) and "
-                    "the capacity figures from the startup log.",
+                 "or use an fp8 KV cache; balance load across DP engines; replay the same request set to confirm "
+                 "the queue is gone.",
+        "scale": "If requests still wait for capacity at the target load after tuning, add replicas or GPUs (the "
+                 "scale side of the weekly verdict).",
+        "evidence": "Capacity queue and preemption rate per engine, KV usage, request mix, and the capacity figures "
+                    "from the startup log.",
     }
+    E = ENGINE_BY.split(", ")
+    qw, qn = t.kv_queue_window, t.kv_queue_page_requests
     specs.append(AlertSpec(
-        "VllmKVCacheHeadroomLow", "warning", "ticket", t.kv_headroom_warning_for,
-        f"min by ({by}) (vllm_headroom_kv_cache_headroom_ratio{{{sel}}}) < {_f(kvw)}",
-        "KV-cache headroom on {{ $labels.server }} is {{ $value | humanizePercentage }}, under "
-        f"{_f(kvw * 100)}%",
-        "The KV cache has stayed nearly full: queueing and preemptions follow.", SERVER_BY,
-        headroom_case_set(_eng, "vllm_headroom_kv_cache_headroom_ratio", kvw, t.kv_headroom_warning_for, {}),
-        kv_runbook))
-    specs.append(AlertSpec(
-        "VllmKVCacheHeadroomCritical", "critical", "page", t.kv_headroom_critical_for,
-        f"min by ({by}) (vllm_headroom_kv_cache_headroom_ratio{{{sel}}}) < {_f(kvc)}",
-        "KV-cache headroom on {{ $labels.server }} is {{ $value | humanizePercentage }}, under "
-        f"{_f(kvc * 100)}%: requests queue and preempt",
-        "The KV cache is all but full.", SERVER_BY,
-        headroom_case_set(_eng, "vllm_headroom_kv_cache_headroom_ratio", kvc, t.kv_headroom_critical_for, {}),
-        kv_runbook))
-
-    start = 0.5
-    fall = 0.005  # per minute
-    specs.append(AlertSpec(
-        "VllmHeadroomExhaustionPredicted", "warning", "ticket", t.exhaustion_for,
-        f"(server:vllm_headroom_kv_cache_headroom_ratio:min < {_f(t.exhaustion_below_ratio)})\nand\n"
-        f"(predict_linear(server:vllm_headroom_kv_cache_headroom_ratio:min[{t.exhaustion_lookback}], {horizon_s}) < 0)",
-        "KV-cache headroom on {{ $labels.server }} is {{ $value | humanizePercentage }} and falling: exhausted within "
-        f"{_f(t.exhaustion_horizon_hours)}h at this trend",
-        "Headroom is low and still falling: the linear trend of the last "
-        f"{t.exhaustion_lookback} reaches zero within {_f(t.exhaustion_horizon_hours)} hours.", SERVER_BY, [
-            Case("low and falling fires", [_eng("vllm_headroom_kv_cache_headroom_ratio",
-                                                f"{_f(start)}-{_f(fall)}x90")], "75m", True),
-            Case("low but flat does not fire", [_eng("vllm_headroom_kv_cache_headroom_ratio", "0.25x120")], "90m",
-                 False),
-            Case("falling but still above the level does not fire",
-                 [_eng("vllm_headroom_kv_cache_headroom_ratio", "0.9-0.002x120")], "90m", False),
+        "VllmRequestsQueueingKVCacheFull", "critical", "page", t.kv_queue_for,
+        f"avg_over_time(engine:vllm_headroom_requests_waiting_capacity:sum[{qw}]) >= {_f(qn)}",
+        "{{ $value | humanize }} requests on average wait for KV-cache capacity on {{ $labels.server }} engine "
+        "{{ $labels.engine }} (" + qw + " mean)",
+        "Requests queue because this DP engine's KV cache has no room: the symptom of too little capacity, "
+        "smoothed and per engine.", tuple(E), [
+            Case("capacity waiting on one engine fires", [
+                _eng("vllm_headroom_requests_waiting_by_reason", "3x40", reason="capacity"),
+                _eng("vllm_headroom_requests_waiting_by_reason", "0x40", reason="deferred"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "0.99x40")], _after(t.kv_queue_for, 10), True),
+            Case("a full cache with no queue does not fire (vLLM by design)", [
+                _eng("vllm_headroom_requests_waiting_by_reason", "0x40", reason="capacity"),
+                _eng("vllm_headroom_requests_waiting", "0x40"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "1x40")], _after(t.kv_queue_for, 10), False),
+            Case("deferred waiting is not capacity", [
+                _eng("vllm_headroom_requests_waiting_by_reason", "0x40", reason="capacity"),
+                _eng("vllm_headroom_requests_waiting_by_reason", "6x40", reason="deferred"),
+                _eng("vllm_headroom_requests_waiting", "6x40"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "1x40")], _after(t.kv_queue_for, 10), False),
+            Case("without by_reason: engine 1 queueing at half KV while engine 0 is full does not fire", [
+                _eng("vllm_headroom_requests_waiting", "0x40", engine="0"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "1x40", engine="0"),
+                _eng("vllm_headroom_requests_waiting", "5x40", engine="1"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "0.5x40", engine="1")], _after(t.kv_queue_for, 10), False),
+            Case("without by_reason: waiting on the engine whose cache is full fires", [
+                _eng("vllm_headroom_requests_waiting", "0x40", engine="0"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "0.5x40", engine="0"),
+                _eng("vllm_headroom_requests_waiting", "5x40", engine="1"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "0.99x40", engine="1")], _after(t.kv_queue_for, 10), True,
+                {"engine": "1"}),
+            Case("a 3-minute queue burst that clears does not fire", [
+                _eng("vllm_headroom_requests_waiting_by_reason", "0x10 4x3 0x30", reason="capacity"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "1x45")], "25m", False),
         ], kv_runbook))
 
-    gpu_runbook = {
-        "meaning": "A GPU's memory peaked close to its total between two scrapes (the exporter samples at 10 Hz, so "
-                   "a prefill spike counts).",
-        "confirm": "`vllm_headroom_gpu_memory_peak_used_bytes` and `..._used_bytes` per GPU, "
-                   "`vllm_headroom_gpu_process_memory_used_bytes` for other processes on the GPU, and vLLM's "
-                   "`--gpu-memory-utilization`.",
-        "first": "Make sure nothing else runs on the GPU; lower `--gpu-memory-utilization` a step or cap "
-                 "`--max-num-batched-tokens` so prefill spikes stay under the total; replay the same load.",
-        "scale": "If peaks still leave no margin at the target load, this GPU count cannot hold the load: scale out.",
-        "evidence": "Peak and steady GPU memory per GPU, the processes on it, and the vLLM memory settings.",
-    }
-    for name, sev, rt, ratio, for_ in (("VllmGPUMemoryHeadroomLow", "warning", "ticket", gw, t.gpu_headroom_warning_for),
-                                      ("VllmGPUMemoryHeadroomCritical", "critical", "page", gc,
-                                       t.gpu_headroom_critical_for)):
-        specs.append(AlertSpec(
-            name, sev, rt, for_,
-            f"min by (job, instance, gpu) (vllm_headroom_gpu_memory_headroom_ratio{{{sel}}}) < {_f(ratio)}",
-            "GPU {{ $labels.gpu }} on {{ $labels.instance }} peaked with {{ $value | humanizePercentage }} memory "
-            f"free, under {_f(ratio * 100)}%",
-            "GPU memory headroom on peaks between scrapes is short.", GPU_BY,
-            headroom_case_set(_gpu, "vllm_headroom_gpu_memory_headroom_ratio", ratio, for_, {}), gpu_runbook))
-
+    pr, pw = t.preemption_rate_warning, t.preemption_window
     per_min = pr * 60
     specs.append(AlertSpec(
         "VllmPreemptionsRising", "warning", "ticket", t.preemption_for,
-        f"sum by ({by}) (rate(vllm_headroom_preemptions_total{{{sel}}}[5m])) > {_f(pr)}",
-        "{{ $labels.server }} preempts {{ $value | humanize }} requests/s (threshold " + _f(pr) + "/s)",
-        "The scheduler is evicting running requests to free KV cache: latency grows and work is recomputed.",
-        SERVER_BY, [
+        f"engine:vllm_headroom_preemptions:rate{pw} > {_f(pr)}",
+        "{{ $labels.server }} engine {{ $labels.engine }} preempts {{ $value | humanize }} requests/s over " + pw +
+        " (threshold " + _f(pr) + "/s)",
+        "The scheduler keeps evicting running requests to free KV cache: latency grows and work is recomputed.",
+        tuple(E), [
             Case("a sustained preemption rate fires",
-                 [_eng("vllm_headroom_preemptions_total", f"0+{_f(per_min * 2)}x60")], _after(t.preemption_for), True),
+                 [_eng("vllm_headroom_preemptions_total", f"0+{_f(per_min * 2)}x80")],
+                 _after(t.preemption_for, 20), True),
             Case("just under the rate does not fire",
-                 [_eng("vllm_headroom_preemptions_total", f"0+{_f(per_min * 0.9)}x60")], _after(t.preemption_for),
-                 False),
-            Case("no preemptions do not fire", [_eng("vllm_headroom_preemptions_total", "7x60")],
-                 _after(t.preemption_for), False),
+                 [_eng("vllm_headroom_preemptions_total", f"0+{_f(per_min * 0.9)}x80")],
+                 _after(t.preemption_for, 20), False),
+            Case("a 2-minute burst that recovers does not fire", [
+                _eng("vllm_headroom_preemptions_total", f"0x20 0+{_f(per_min * 5)}x2 {_f(per_min * 10)}x60")],
+                "40m", False),
         ], kv_runbook))
 
+    gpu_runbook = {
+        "meaning": "A GPU's memory peaked beyond the budget vLLM was given (`--gpu-memory-utilization` x total). vLLM "
+                   "claims that budget at start and fills what weights and activations leave with KV cache, so use "
+                   "at the budget is normal; use beyond it is memory vLLM did not plan for: another process on the "
+                   "GPU, an activation spike the profile missed, fragmentation, or a leak.",
+        "confirm": "`gpu:vllm_headroom_gpu_memory_over_budget:ratio` and `vllm_headroom_gpu_memory_peak_used_bytes` "
+                   "(max over a trailing window of 10 Hz samples) per GPU; "
+                   "`vllm_headroom_gpu_process_memory_used_bytes` for other processes on the GPU; "
+                   "`vllm_headroom_gpu_memory_utilization_ratio` for the budget; whether the excess grows under the "
+                   "same load.",
+        "first": "Find what uses memory beyond the budget: stop other processes on the GPU; cap "
+                 "`--max-num-batched-tokens` if prefill spikes overshoot; restart to clear fragmentation and record "
+                 "whether it returns. Lowering `--gpu-memory-utilization` shrinks the KV cache and is not the fix "
+                 "for memory someone else takes.",
+        "scale": "If vLLM itself keeps overshooting its budget at the target load after that, the GPU count cannot "
+                 "hold the load with margin: scale out.",
+        "evidence": "Peak and steady GPU memory per GPU, the budget, the processes on the GPU, and the vLLM memory "
+                    "settings.",
+    }
+    ob, hc = t.gpu_over_budget_warning_ratio, t.gpu_headroom_critical_ratio
+
+    def gpu_series(peak: float, util: float | None, total: float = 100.0) -> list[tuple[str, str]]:
+        out = [_gpu("vllm_headroom_gpu_memory_peak_used_bytes", f"{_f(peak * total)}x40"),
+               _gpu("vllm_headroom_gpu_memory_total_bytes", f"{_f(total)}x40"),
+               _gpu("vllm_headroom_gpu_memory_headroom_ratio", f"{_f(round(1 - peak, 6))}x40")]
+        if util is not None:
+            out.append(_srv("vllm_headroom_gpu_memory_utilization_ratio", f"{_f(util)}x40"))
+        return out
+
     specs.append(AlertSpec(
-        "VllmRequestsQueueingKVCacheFull", "warning", "ticket", t.queue_for,
-        f"(sum by ({by}) (vllm_headroom_requests_waiting{{{sel}}}) > 0)\nand on ({by})\n"
-        f"(max by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}}) >= {_f(t.kv_full_ratio)})",
-        "{{ $value }} requests wait on {{ $labels.server }} while its KV cache is at least "
-        f"{_f(t.kv_full_ratio * 100)}% full",
-        "Requests queue because the KV cache has no room: capacity, not compute, is the limit.", SERVER_BY, [
-            Case("waiting with a full cache fires", [_eng("vllm_headroom_requests_waiting", "4x30"),
-                                                     _eng("vllm_headroom_kv_cache_usage_ratio",
-                                                          f"{_f(t.kv_full_ratio)}x30")], _after(t.queue_for), True),
-            Case("waiting with room in the cache does not fire",
-                 [_eng("vllm_headroom_requests_waiting", "4x30"),
-                  _eng("vllm_headroom_kv_cache_usage_ratio", f"{_f(round(t.kv_full_ratio - 0.01, 6))}x30")],
-                 _after(t.queue_for), False),
-            Case("a full cache with no queue does not fire",
-                 [_eng("vllm_headroom_requests_waiting", "0x30"), _eng("vllm_headroom_kv_cache_usage_ratio", "1x30")],
-                 _after(t.queue_for), False),
-        ], kv_runbook))
+        "VllmGPUMemoryOverBudget", "warning", "ticket", t.gpu_over_budget_for,
+        f"gpu:vllm_headroom_gpu_memory_over_budget:ratio > {_f(ob)}",
+        "GPU {{ $labels.gpu }} on {{ $labels.instance }} peaked {{ $value | humanizePercentage }} of its memory "
+        f"beyond the budget vLLM was given (threshold {_f(ob * 100)}%)",
+        "Memory beyond vLLM's gpu_memory_utilization budget: another process, spikes past the profile, or a leak.",
+        GPU_BY, [
+            Case("a healthy server at utilization 0.97 does not fire", gpu_series(0.97, 0.97),
+                 _after(t.gpu_over_budget_for), False),
+            Case("a healthy server at 0.92 with prefill spikes inside the budget does not fire",
+                 gpu_series(0.92, 0.92), _after(t.gpu_over_budget_for), False),
+            Case("use beyond the budget fires", gpu_series(round(0.9 + ob + 0.01, 6), 0.9),
+                 _after(t.gpu_over_budget_for), True),
+        ], gpu_runbook))
+    specs.append(AlertSpec(
+        "VllmGPUMemoryHeadroomCritical", "critical", "page", t.gpu_headroom_critical_for,
+        f"(gpu:vllm_headroom_gpu_memory_headroom_ratio:min < {_f(hc)})\nand on (job, instance, gpu)\n"
+        "(gpu:vllm_headroom_gpu_memory_over_budget:ratio > 0)",
+        "GPU {{ $labels.gpu }} on {{ $labels.instance }} peaked beyond vLLM's budget with {{ $value | "
+        "humanizePercentage }} of its memory left (under " + _f(hc * 100) + "%)",
+        "Memory beyond vLLM's budget has all but filled the GPU: the next spike is an OOM.", GPU_BY, [
+            Case("a healthy server at utilization 0.99 does not page", gpu_series(0.99, 0.99),
+                 _after(t.gpu_headroom_critical_for), False),
+            Case("beyond the budget with almost nothing left pages", gpu_series(round(1 - hc / 2, 6), 0.92),
+                 _after(t.gpu_headroom_critical_for), True),
+        ], gpu_runbook))
 
     prefix_runbook = {
         "meaning": "The share of prompt tokens served from the prefix cache fell far below its own 1-day level.",
         "confirm": f"`{t.hit_ratio_fast}` against `{t.hit_ratio_baseline}`; check "
                    "`vllm_headroom_prefix_cache_enabled`, recent restarts (the cache starts empty), routing changes "
-                   "that split repeat traffic across replicas, and `VLLM_PREFIX_CACHE_RETENTION_INTERVAL`.",
+                   "that split repeat traffic across replicas, and `--prefix-cache-retention-interval` (CacheConfig.prefix_cache_retention_interval, vllm/config/cache.py; sliding-window and Mamba cache groups only; in vLLM main at commit 002f10e and, per the team's reference, 0.33; older releases lack it: check `vllm serve --help`. vLLM has no environment variable for it).",
         "first": "Restore prefix-aware routing or the retention setting that changed; on hybrid models make sure "
                  "`--enable-prefix-caching` is given (it is off by default there).",
         "scale": "A lower hit ratio means more prefill work per request: if headroom and TTFT no longer hold at the "
@@ -401,31 +485,66 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                  "runbook).",
         "evidence": "Engine stage timeline, triage report, restart count of the pod or unit.",
     }
+    recent_oom = f"(sum by ({by}) (increase(vllm_headroom_oom_events_total{{{sel}}}[30m])) > 0)"
     specs.append(AlertSpec(
-        "VllmEngineNotReady", "critical", "page", t.engine_not_ready_for,
-        f"max by ({by}) (vllm_headroom_engine_ready{{{sel}}}) == 0",
-        "vLLM engine on {{ $labels.server }} has not been ready for " + t.engine_not_ready_for,
-        "The engine is loading for longer than a normal start, crashed, or stopped answering.", SERVER_BY, [
-            Case("not ready past the startup budget fires", [_srv("vllm_headroom_engine_ready", "0x40")],
+        "VllmEngineNotReady", "warning", "ticket", t.engine_not_ready_for,
+        f'(max by ({by}) (vllm_headroom_engine_stage{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
+        f'{recent_oom}',
+        "vLLM engine on {{ $labels.server }} has been loading for more than " + t.engine_not_ready_for,
+        "The engine is loading for longer than a normal start, with no memory failure to explain it (those have "
+        "their own alerts).", SERVER_BY, [
+            Case("loading past the startup budget fires",
+                 [_srv("vllm_headroom_engine_stage", "1x40", stage="weight_loading")],
                  _after(t.engine_not_ready_for), True),
-            Case("a normal start does not fire",
-                 [_srv("vllm_headroom_engine_ready", f"0x{int(_minutes(t.engine_not_ready_for)) - 5} 1x30")],
-                 _after(t.engine_not_ready_for), False),
+            Case("a normal start does not fire", [
+                _srv("vllm_headroom_engine_stage", f"1x{int(_minutes(t.engine_not_ready_for)) - 5} 0x30",
+                     stage="weight_loading")], _after(t.engine_not_ready_for), False),
+            Case("a crash loop on a loading-stage OOM is the OOM alert's, not this one's", [
+                _srv("vllm_headroom_engine_stage", "1x40", stage="weight_loading"),
+                _srv("vllm_headroom_oom_events_total", "0+1x40", stage="weight_loading", phase="loading")],
+                _after(t.engine_not_ready_for), False),
         ], ready_runbook))
     specs.append(AlertSpec(
-        "VllmTargetDown", "warning", "ticket", t.target_down_for,
+        "VllmTargetDown", "critical", "page", t.target_down_for,
         f"(max by ({by}) (vllm_headroom_target_up{{{sel}}}) == 0)\nunless on ({by})\n"
-        f'(max by ({by}) (vllm_headroom_engine_stage{{{sel},stage=~"{LOADING}"}}) == 1)',
-        "vLLM /metrics on {{ $labels.server }} does not answer, and its log does not say it is loading",
-        "The exporter cannot scrape this vLLM server.", SERVER_BY, [
+        f'(max by ({by}) (vllm_headroom_engine_stage{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
+        f"{recent_oom}",
+        "vLLM on {{ $labels.server }} does not answer, is not loading, and no memory failure explains it",
+        "The vLLM server is down: its /metrics does not answer and its log does not say it is starting.",
+        SERVER_BY, [
             Case("down and not loading fires", [_srv("vllm_headroom_target_up", "0x30"),
-                                                _srv("vllm_headroom_engine_stage", "1x30", stage="ready")],
+                                                _srv("vllm_headroom_engine_stage", "1x30", stage="crashed")],
                  _after(t.target_down_for), True),
             Case("down while loading weights does not fire", [
                 _srv("vllm_headroom_target_up", "0x30"),
                 _srv("vllm_headroom_engine_stage", "1x30", stage="weight_loading")], _after(t.target_down_for), False),
+            Case("down after an OOM that already alerted does not fire", [
+                _srv("vllm_headroom_target_up", "1x5 0x30"),
+                _srv("vllm_headroom_engine_stage", "1x30", stage="crashed"),
+                _srv("vllm_headroom_oom_events_total", "0x5 1x30", stage="kv_cache_alloc", phase="loading")],
+                _after(t.target_down_for, 7), False),
             Case("up does not fire", [_srv("vllm_headroom_target_up", "1x30")], _after(t.target_down_for), False),
         ], ready_runbook))
+    specs.append(AlertSpec(
+        "VllmKVCacheSeriesMissing", "warning", "ticket", t.kv_series_missing_for,
+        f"(max by ({by}) (vllm_headroom_target_up{{{sel}}}) == 1)\nunless on ({by})\n"
+        f"count by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}})",
+        "{{ $labels.server }} answers but shows no KV-cache usage series: every KV signal is blind there",
+        "The target is up and its KV-cache series are missing: a vLLM metric rename the exporter does not know "
+        "yet, or --disable-log-stats.", SERVER_BY, [
+            Case("up with no KV series fires", [_srv("vllm_headroom_target_up", "1x40")],
+                 _after(t.kv_series_missing_for), True),
+            Case("up with KV series does not fire", [_srv("vllm_headroom_target_up", "1x40"),
+                                                     _eng("vllm_headroom_kv_cache_usage_ratio", "0.5x40")],
+                 _after(t.kv_series_missing_for), False),
+        ], {"meaning": "vllm-headroom scrapes the server but finds neither `vllm:kv_cache_usage_perc` nor "
+                       "`vllm:gpu_cache_usage_perc`: the weekly verdict would read `insufficient_data`.",
+            "confirm": "`curl <server>/metrics | grep -i cache_usage`; the vLLM version; whether the server runs "
+                       "with `--disable-log-stats` (no `vllm:` metrics at all).",
+            "first": "If vLLM renamed the gauge, add the new name to `exporter/vllm/names.py` (RENAMES) and upgrade "
+                     "vllm-headroom; if stats are disabled, enable them.",
+            "scale": "Not a capacity matter.",
+            "evidence": "The vLLM version and the cache-related names its /metrics shows."}))
     specs.append(AlertSpec(
         "VllmEnvironmentCheckFailed", "warning", "ticket", "5m",
         f"min by (job, instance, check) (vllm_headroom_environment_check{{{sel}}}) == 0",
@@ -494,16 +613,21 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
     specs.append(AlertSpec(
         "VllmHeadroomLogStalled", "warning", "ticket", "5m",
         f"(time() - max by ({by}) (vllm_headroom_log_last_read_timestamp_seconds{{{sel}}}) > {stalled})\n"
-        f"and on ({by})\n(max by ({by}) (vllm_headroom_target_up{{{sel}}}) == 1)",
-        "No new log lines from {{ $labels.server }} for {{ $value | humanizeDuration }} while it serves",
-        "The log tail is stalled (wrong path, rotated away, unmounted) while the server is up: OOM events would be "
-        "missed.", SERVER_BY, [
-            Case("a silent log of a serving server fires", [
-                _srv("vllm_headroom_log_last_read_timestamp_seconds", "0x60"), _srv("vllm_headroom_target_up", "1x60")],
-                f"{stalled // 60 + 10}m", True),
+        f"and on ({by})\n(sum by ({by}) (rate(vllm_headroom_generation_tokens_total{{{sel}}}[5m])) > 0)",
+        "No new log lines from {{ $labels.server }} for {{ $value | humanizeDuration }} while it generates tokens",
+        "The server generates tokens (vLLM then logs its stats at INFO every few seconds) but nothing reaches the "
+        "log tail: wrong path, rotated away, unmounted. An idle vLLM logs its stats at DEBUG and may have access "
+        "logs off, so silence alone is not a stall.", SERVER_BY, [
+            Case("a silent log of a server generating tokens fires", [
+                _srv("vllm_headroom_log_last_read_timestamp_seconds", "0x60"),
+                _eng("vllm_headroom_generation_tokens_total", "0+600x60")], f"{stalled // 60 + 10}m", True),
+            Case("a silent log of an idle server does not fire", [
+                _srv("vllm_headroom_log_last_read_timestamp_seconds", "0x60"),
+                _srv("vllm_headroom_target_up", "1x60"),
+                _eng("vllm_headroom_generation_tokens_total", "500x60")], f"{stalled // 60 + 10}m", False),
             Case("a log read every minute does not fire", [
                 _srv("vllm_headroom_log_last_read_timestamp_seconds", "0+60x60"),
-                _srv("vllm_headroom_target_up", "1x60")], f"{stalled // 60 + 10}m", False),
+                _eng("vllm_headroom_generation_tokens_total", "0+600x60")], f"{stalled // 60 + 10}m", False),
         ], exporter_runbook))
     specs.append(AlertSpec(
         "VllmHeadroomLogMissing", "warning", "ticket", "10m",
@@ -514,12 +638,22 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
             Case("a present log does not fire", [_srv("vllm_headroom_log_file_present", "1x30")], "15m", False),
         ], exporter_runbook))
     specs.append(AlertSpec(
-        "VllmHeadroomExporterDown", "warning", "ticket", t.exporter_down_for,
+        "VllmHeadroomExporterDown", "critical", "page", t.exporter_down_for,
         f"up{{{sel}}} == 0",
-        "vllm-headroom on {{ $labels.instance }} is down: headroom is not monitored there",
-        "Prometheus cannot scrape the exporter.", ("job", "instance"), [
+        "vllm-headroom on {{ $labels.instance }} is down: no alert about that node's vLLM servers can fire",
+        "Prometheus cannot scrape the exporter, and every page about the servers it watches depends on it.",
+        ("job", "instance"), [
             Case("a down exporter fires", [series("up", "0x20")], _after(t.exporter_down_for), True),
             Case("an up exporter does not fire", [series("up", "1x20")], _after(t.exporter_down_for), False),
+        ], exporter_runbook))
+    specs.append(AlertSpec(
+        "VllmHeadroomExporterAbsent", "critical", "page", "10m",
+        f"absent(up{{{sel}}})",
+        "No vllm-headroom target is known to Prometheus: headroom is not monitored anywhere",
+        "Prometheus has no scrape target for the exporter at all (service discovery, ServiceMonitor or job "
+        "misconfigured), so `up == 0` can never fire.", ("job",), [
+            Case("no exporter target at all fires", [('up{job="other"}', "1x20")], "15m", True),
+            Case("a known exporter target does not fire", [series("up", "1x20")], "15m", False),
         ], exporter_runbook))
     specs.append(AlertSpec(
         "VllmKVCacheCapacityMismatch", "info", "ticket", "0m",
@@ -571,58 +705,128 @@ def promtool_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
 
 @dataclass
 class VerdictCase:
+    """A week in 1-hour steps of what the fast rules record, and the verdict the guide gives for it."""
+
     name: str
-    headroom: str  # values of vllm_headroom_kv_cache_headroom_ratio, 1-hour steps
-    loading_ooms: str = "0x170"
-    runtime_ooms: str = "0x170"
-    check: str = "1x170"
-    verdict: tuple[str, str] = ("tune_and_keep", "stable_headroom")
+    verdict: tuple[str, str]
+    headroom: str = "0.5x168"  # server:...kv_cache_headroom_ratio:min; "" for no KV data
+    queueing: str = "0x168"  # server:...requests_waiting_capacity:queueing (0/1)
+    runtime_ooms: str = "0x168"
+    loading_ooms: str = "0x168"
+    loading_stage: str = "weight_loading"
+    loading_oom_at: str = ""  # server:...loading_oom:timestamp values ("" for none)
+    ready_at: str = "0+3600x168"  # server:...engine_ready:timestamp values ("" for never ready)
+    check: str = "1x168"
+    rollout: bool = False  # the second half of the week on a new instance (pod IP)
 
 
 def verdict_cases(t: Thresholds) -> list[VerdictCase]:
     ok = 0.5
-    tight = round(t.kv_headroom_warning_ratio - 0.03, 6)
-    low = round(t.capacity_floor_ratio / 2, 6)
-    hours_low = int(168 * t.capacity_floor_quantile) + 12  # well over the quantile of the week
+    full = 0.01  # KV saturated at peak hours: vLLM by design
+    hours_queue = int(168 * t.capacity_floor_quantile) + 6
+    tight = round(t.kv_headroom_warning_ratio / 3, 6)
+    min_h = int(t.weekly_min_data_hours)
     return [
-        VerdictCase("stable headroom, no OOM: tune and keep", f"{_f(ok)}x170"),
-        VerdictCase("brief dips under the warning line: monitor and operate",
-                    f"{_f(ok)}x100 {_f(tight)}x2 {_f(ok)}x68", verdict=("monitor_and_operate", "headroom_tight")),
-        VerdictCase("headroom under the floor for much of the week: scale side",
-                    f"{_f(ok)}x100 {_f(low)}x{hours_low} {_f(ok)}x{69 - hours_low}",
-                    verdict=("migrate_or_scale", "headroom_below_floor")),
-        VerdictCase("a runtime OOM in the week: scale side", f"{_f(ok)}x170", runtime_ooms="0x100 1x70",
-                    verdict=("migrate_or_scale", "runtime_oom")),
-        VerdictCase("a loading-stage OOM outranks a runtime one: migrate", f"{_f(ok)}x170", loading_ooms="0x50 1x120",
-                    runtime_ooms="0x100 1x70", verdict=("migrate_or_scale", "loading_oom")),
-        VerdictCase("a failed environment check: migrate", f"{_f(ok)}x170", check="0x170",
-                    verdict=("migrate_or_scale", "environment_check_failed")),
+        VerdictCase("stable headroom, no OOM: tune and keep", ("tune_and_keep", "stable_headroom")),
+        VerdictCase("KV saturating at peak hours every day with no capacity queue: tune and keep",
+                    ("tune_and_keep", "stable_headroom"), headroom=" ".join([f"{_f(ok)}x19 {_f(full)}x3"] * 7) +
+                    f" {_f(ok)}x13"),
+        VerdictCase("no KV data all week: insufficient data", ("insufficient_data", "no_kv_data"), headroom=""),
+        VerdictCase(f"KV data for less than {min_h} hours: insufficient data", ("insufficient_data", "no_kv_data"),
+                    headroom=f"_x{168 - min_h // 2} {_f(ok)}x{min_h // 2 - 1}"),
+        VerdictCase("one runtime OOM: monitor and operate", ("monitor_and_operate", "runtime_oom"),
+                    runtime_ooms="0x100 1x68"),
+        VerdictCase("runtime OOMs recurring while headroom p05 stays under the warning line: scale side",
+                    ("migrate_or_scale", "runtime_oom_recurring"), runtime_ooms="0x50 1x50 2x68",
+                    headroom=f"{_f(tight)}x40 {_f(ok)}x128"),
+        VerdictCase("runtime OOMs recurring with headroom to spare: monitor and operate",
+                    ("monitor_and_operate", "runtime_oom"), runtime_ooms="0x50 1x50 2x68"),
+        VerdictCase("requests waiting for KV capacity much of the week: scale side",
+                    ("migrate_or_scale", "capacity_queueing"),
+                    queueing=f"0x100 1x{hours_queue} 0x{168 - 100 - hours_queue}"),
+        VerdictCase("a short capacity queue: monitor and operate", ("monitor_and_operate", "capacity_queueing_seen"),
+                    queueing="0x100 1x2 0x66"),
+        VerdictCase("weights that cannot load, never started: migrate or scale",
+                    ("migrate_or_scale", "weights_cannot_load"), headroom="", loading_ooms="0x50 1+1x118",
+                    loading_oom_at="_x50 180000+3600x117", ready_at=""),
+        VerdictCase("a KV-allocation failure fixed by the next start: tune and keep",
+                    ("tune_and_keep", "stable_headroom"), loading_ooms="0x50 1x118", loading_stage="kv_cache_alloc",
+                    loading_oom_at="_x50 180000", ready_at="0+3600x49 _x2 187200+3600x115"),
+        VerdictCase("a KV-allocation failure not fixed: fix the configuration",
+                    ("tune_and_keep", "loading_config_failure"), headroom="0.5x50", loading_ooms="0x50 1+1x118",
+                    loading_stage="kv_cache_alloc", loading_oom_at="_x50 180000+3600x117", ready_at="0+3600x49"),
+        VerdictCase("a failed environment check: migrate", ("migrate_or_scale", "environment_check_failed"),
+                    check="0x168"),
+        VerdictCase("a rollout that changes the instance keeps one verdict per server",
+                    ("monitor_and_operate", "runtime_oom"), runtime_ooms="0x40 1x128", rollout=True),
     ]
 
 
 def weekly_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
-    """The weekly verdict, given the per-server minimum the fast group records (fed in directly)."""
+    """The weekly verdict, given what the fast group records (fed in directly, one sample an hour)."""
     tests = []
     for c in verdict_cases(t):
         verdict, reason = c.verdict
-        labels = ",".join(f'{k}="{BASE_LABELS[k]}"' for k in SERVER_BY)
+        rows: list[tuple[str, str]] = [
+            _srv("vllm_headroom_oom_events_total", c.runtime_ooms, stage="decode", phase="runtime"),
+            _srv("vllm_headroom_oom_events_total", c.loading_ooms, stage=c.loading_stage, phase="loading"),
+            series("vllm_headroom_environment_check", c.check, check="gpu_count"),
+            _srv("server:vllm_headroom_requests_waiting_capacity:queueing", c.queueing),
+        ]
+        if c.headroom:
+            rows += [_srv("server:vllm_headroom_kv_cache_headroom_ratio:min", c.headroom),
+                     _srv("server:vllm_headroom_kv_cache_usage:hours", " ".join(
+                         "_" if v == "_" else "1" for v in _expand(c.headroom)))]
+        if c.loading_oom_at:
+            rows.append(_srv("server:vllm_headroom_loading_oom:timestamp", c.loading_oom_at, stage=c.loading_stage))
+        if c.ready_at:
+            rows.append(_srv("server:vllm_headroom_engine_ready:timestamp", c.ready_at))
+        rows.append(_srv("vllm_headroom_target_up", "1x168"))
+        if c.rollout:  # the same rows, split: the first half on the old pod, the second on the new one
+            split = []
+            for s, v in rows:
+                split.append((s, _first_half(v)))
+                split.append((s.replace(f'instance="{BASE_LABELS["instance"]}"', 'instance="10.0.0.9:9478"'),
+                              _second_half(v)))
+            rows = split
+        labels = f'job="{BASE_LABELS["job"]}",server="{BASE_LABELS["server"]}"'
         tests.append({
             "name": f"capacity verdict: {c.name}",
             "interval": "1h",
-            "input_series": [{"series": s, "values": v} for s, v in (
-                _srv("vllm_headroom_target_up", "1x170"),
-                _srv("server:vllm_headroom_kv_cache_headroom_ratio:min", c.headroom),
-                _srv("vllm_headroom_oom_events_total", c.loading_ooms, stage="weight_loading", phase="loading"),
-                _srv("vllm_headroom_oom_events_total", c.runtime_ooms, stage="decode", phase="runtime"),
-                series("vllm_headroom_environment_check", c.check, check="gpu_count"),
-            )],
+            "input_series": [{"series": s, "values": v} for s, v in rows],
             "promql_expr_test": [{
-                "expr": "server:vllm_headroom_capacity_verdict:7d", "eval_time": "7d",
+                "expr": "server:vllm_headroom_capacity_verdict:7d", "eval_time": "167h",
                 "exp_samples": [{"labels": f'server:vllm_headroom_capacity_verdict:7d{{{labels},'
                                            f'reason="{reason}",verdict="{verdict}"}}', "value": 1}],
             }],
         })
     return {"rule_files": rule_files, "evaluation_interval": "5m", "tests": tests}
+
+
+def _expand(values: str) -> list[str]:
+    """promtool's `a+bxn` / `axn` / `_xn` notation, expanded (for splitting a week at a rollout)."""
+    out: list[str] = []
+    for tok in values.split():
+        if "x" not in tok:
+            out.append(tok)
+            continue
+        head, n = tok.split("x")
+        if head == "_":
+            out += ["_"] * int(n)
+            continue
+        start, _, step = head.partition("+")
+        out += [_f(float(start) + float(step or 0) * i) for i in range(int(n) + 1)]
+    return out
+
+
+def _first_half(values: str) -> str:
+    v = _expand(values)
+    return " ".join(v[:84] + ["_"] * (len(v) - 84))
+
+
+def _second_half(values: str) -> str:
+    v = _expand(values)
+    return " ".join(["_"] * 84 + v[84:])
 
 
 def recording_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:

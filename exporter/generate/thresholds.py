@@ -19,48 +19,55 @@ from exporter.config import ConfigError
 class Thresholds:
     # which series the rules select: the exporter's scrape job
     selector: str = 'job="vllm-headroom"'
-    runbook_base_url: str = "docs/runbooks"  # set to where your on-call opens them, e.g. your repository URL
+    # where the on-call opens the runbooks: an absolute URL (the alert travels to a pager, not to this checkout)
+    runbook_base_url: str = "https://vllm-headroom.invalid/docs/runbooks"  # .invalid: set it to yours
     # how often the rule groups are evaluated, and the prefix-cache hit ratio's fast and baseline windows
     recording_interval: str = "1m"
     weekly_interval: str = "5m"
     prefix_fast_window: str = "5m"
     prefix_baseline_window: str = "1d"
-    # KV-cache headroom (1 - usage), per server: low warns, critical pages
-    kv_headroom_warning_ratio: float = 0.15
-    kv_headroom_warning_for: str = "15m"
-    kv_headroom_critical_ratio: float = 0.05
-    kv_headroom_critical_for: str = "5m"
-    # GPU memory headroom on peaks, per GPU
-    gpu_headroom_warning_ratio: float = 0.08
-    gpu_headroom_warning_for: str = "10m"
-    gpu_headroom_critical_ratio: float = 0.03
-    gpu_headroom_critical_for: str = "2m"
-    # exhaustion predicted by predict_linear over `exhaustion_lookback`, while headroom is under `..._below`
-    exhaustion_horizon_hours: float = 4.0
-    exhaustion_lookback: str = "1h"
-    exhaustion_below_ratio: float = 0.30
-    exhaustion_for: str = "30m"
-    # preemptions per second, per server
-    preemption_rate_warning: float = 0.1
-    preemption_for: str = "10m"
-    # requests waiting while the KV cache is this full
+    # KV cache: a full cache is vLLM working as designed (it fills its budget with KV blocks). The symptom
+    # is requests waiting for capacity, per DP engine, averaged over `kv_queue_window`: at least
+    # `kv_queue_page_requests` of them for `kv_queue_for` pages. Where vLLM has no
+    # num_requests_waiting_by_reason, waiting requests count as capacity-bound while the engine's cache is
+    # at least `kv_full_ratio` full.
+    kv_queue_window: str = "10m"
+    kv_queue_page_requests: float = 1.0
+    kv_queue_for: str = "10m"
     kv_full_ratio: float = 0.95
-    queue_for: str = "5m"
+    # the capacity review's "headroom tight" line: KV headroom p05 of the week under this, with runtime OOMs
+    # recurring, is the scale side
+    kv_headroom_warning_ratio: float = 0.15
+    # GPU memory, judged against the budget vLLM was given (gpu_memory_utilization x total): peak use beyond
+    # it by more than `gpu_over_budget_warning_ratio` of the card opens a ticket; beyond it with less than
+    # `gpu_headroom_critical_ratio` of the card left pages
+    gpu_over_budget_warning_ratio: float = 0.02
+    gpu_over_budget_for: str = "15m"
+    gpu_headroom_critical_ratio: float = 0.02
+    gpu_headroom_critical_for: str = "2m"
+    # preemptions per second per DP engine, averaged over `preemption_window`: short bursts stay under it
+    preemption_rate_warning: float = 0.1
+    preemption_window: str = "15m"
+    preemption_for: str = "15m"
     # prefix-cache hit ratio below this fraction of its own 1-day average (which must be above the floor)
     prefix_collapse_fraction: float = 0.5
     prefix_baseline_min_ratio: float = 0.2
     prefix_collapse_for: str = "30m"
     # servers whose traffic repeats prefixes, so prefix caching should be on (a regex on `server`)
     prefix_reuse_servers: str = ".+"
-    # a 2.8T-parameter model takes ~10 minutes to load: longer than this not ready pages
+    # a 2.8T-parameter model takes ~10 minutes to load: loading longer than this opens a ticket
     engine_not_ready_for: str = "20m"
     target_down_for: str = "5m"
+    # a target that answers but shows no KV-cache series (a vLLM metric rename, --disable-log-stats)
+    kv_series_missing_for: str = "15m"
     tool_call_errors_per_hour: float = 5
+    # the log is stalled when nothing was written for this long while the server generates tokens
     log_stalled_after_seconds: float = 1800
     exporter_down_for: str = "5m"
-    # the weekly capacity verdict: headroom under the floor more than `floor_quantile` of the week -> scale side
-    capacity_floor_ratio: float = 0.10
+    # the weekly capacity verdict: requests waiting for KV capacity more than `capacity_floor_quantile` of
+    # the week is the scale side; under `weekly_min_data_hours` of KV data is insufficient_data
     capacity_floor_quantile: float = 0.05
+    weekly_min_data_hours: float = 24
 
     @property
     def hit_ratio_fast(self) -> str:
@@ -112,10 +119,9 @@ def load_thresholds(path: str | None) -> Thresholds:
     if problems:
         raise ConfigError(problems)
     t = Thresholds(**values)
-    if t.kv_headroom_critical_ratio >= t.kv_headroom_warning_ratio:
-        problems.append(f"{path}: kv_headroom_critical_ratio: expected below kv_headroom_warning_ratio")
-    if t.gpu_headroom_critical_ratio >= t.gpu_headroom_warning_ratio:
-        problems.append(f"{path}: gpu_headroom_critical_ratio: expected below gpu_headroom_warning_ratio")
+    if not re.match(r"^https?://", t.runbook_base_url):
+        problems.append(f"{path}: runbook_base_url: expected an absolute http(s) URL (alerts are read away from "
+                        f"this checkout), got {t.runbook_base_url!r}")
     if problems:
         raise ConfigError(problems)
     return t
