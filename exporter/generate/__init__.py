@@ -38,9 +38,8 @@ def outputs(t: Thresholds) -> dict[str, str]:
     files = {
         "alerts/vllm-headroom.rules.yaml": dump_yaml({"groups": rules.alert_groups(t)}),
         "alerts/vllm-headroom.recording.yaml": dump_yaml({"groups": rules.recording_rules(t)}),
-        "alerts/tests/alerts.stripped.rules.yaml": dump_yaml({"groups": rules.alert_groups(t, strip_annotations=True)}),
         "alerts/tests/alerts.test.yaml": dump_yaml(rules.promtool_tests(
-            t, ["alerts.stripped.rules.yaml", "../vllm-headroom.recording.yaml"])),
+            t, ["alerts.rules-without-annotations.yaml", "../vllm-headroom.recording.yaml"])),
         "alerts/vllm-headroom.weekly.yaml": dump_yaml({"groups": rules.weekly_rules(t)}),
         "alerts/tests/recording.test.yaml": dump_yaml(rules.recording_tests(t, ["../vllm-headroom.recording.yaml"])),
         "alerts/tests/weekly.test.yaml": dump_yaml(rules.weekly_tests(t, ["../vllm-headroom.weekly.yaml"])),

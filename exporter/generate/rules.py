@@ -277,7 +277,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                     "before the failure.",
          "first": "Reduce one at a time: the context (`--max-model-len`, prompt caps), the concurrency "
                   "(`--max-num-seqs`, `--max-num-batched-tokens` for long prefills), or the cache retention "
-                  "(prefix caching, `--prefix-cache-retention-interval` (CacheConfig.prefix_cache_retention_interval, vllm/config/cache.py; sliding-window and Mamba cache groups only; in vLLM main at commit 002f10e and, per the team's reference, 0.33; older releases lack it: check `vllm serve --help`. vLLM has no environment variable for it)). Replay the same request set after "
+                  "(prefix caching, `--prefix-cache-retention-interval` (vLLM's CacheConfig.prefix_cache_retention_interval in vllm/config/cache.py, for sliding-window and Mamba-style cache groups; recent releases only, so check `vllm serve --help`; vLLM has no environment variable of that name)). Replay the same request set after "
                   "each change and watch the headroom.",
          "scale": "If the target load still leaves no stable headroom after those changes, scale out (more "
                   "replicas or GPUs); new hardware is not the first move for a runtime OOM.",
@@ -333,6 +333,9 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
             Case("capacity waiting on one engine fires", [
                 _eng("vllm_headroom_requests_waiting_by_reason", "3x40", reason="capacity"),
                 _eng("vllm_headroom_requests_waiting_by_reason", "0x40", reason="deferred"),
+                _eng("vllm_headroom_kv_cache_usage_ratio", "0.99x40")], _after(t.kv_queue_for, 10), True),
+            Case("exactly the page level on average fires", [
+                _eng("vllm_headroom_requests_waiting_by_reason", f"{_f(qn)}x40", reason="capacity"),
                 _eng("vllm_headroom_kv_cache_usage_ratio", "0.99x40")], _after(t.kv_queue_for, 10), True),
             Case("a full cache with no queue does not fire (vLLM by design)", [
                 _eng("vllm_headroom_requests_waiting_by_reason", "0x40", reason="capacity"),
@@ -439,7 +442,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
         "meaning": "The share of prompt tokens served from the prefix cache fell far below its own 1-day level.",
         "confirm": f"`{t.hit_ratio_fast}` against `{t.hit_ratio_baseline}`; check "
                    "`vllm_headroom_prefix_cache_enabled`, recent restarts (the cache starts empty), routing changes "
-                   "that split repeat traffic across replicas, and `--prefix-cache-retention-interval` (CacheConfig.prefix_cache_retention_interval, vllm/config/cache.py; sliding-window and Mamba cache groups only; in vLLM main at commit 002f10e and, per the team's reference, 0.33; older releases lack it: check `vllm serve --help`. vLLM has no environment variable for it).",
+                   "that split repeat traffic across replicas, and `--prefix-cache-retention-interval` (vLLM's CacheConfig.prefix_cache_retention_interval in vllm/config/cache.py, for sliding-window and Mamba-style cache groups; recent releases only, so check `vllm serve --help`; vLLM has no environment variable of that name).",
         "first": "Restore prefix-aware routing or the retention setting that changed; on hybrid models make sure "
                  "`--enable-prefix-caching` is given (it is off by default there).",
         "scale": "A lower hit ratio means more prefill work per request: if headroom and TTFT no longer hold at the "
@@ -763,44 +766,49 @@ def verdict_cases(t: Thresholds) -> list[VerdictCase]:
 
 
 def weekly_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
-    """The weekly verdict, given what the fast group records (fed in directly, one sample an hour)."""
-    tests = []
-    for c in verdict_cases(t):
+    """The weekly verdict, given what the fast group records (fed in directly, one sample an hour).
+
+    All cases run in one promtool test, each as its own server on its own instance: promtool evaluates the
+    weekly group every 5 minutes over the whole week, and that cost is per test, not per series."""
+    rows: list[tuple[str, str]] = []
+    expected = []
+    for i, c in enumerate(verdict_cases(t)):
         verdict, reason = c.verdict
-        rows: list[tuple[str, str]] = [
-            _srv("vllm_headroom_oom_events_total", c.runtime_ooms, stage="decode", phase="runtime"),
-            _srv("vllm_headroom_oom_events_total", c.loading_ooms, stage=c.loading_stage, phase="loading"),
-            series("vllm_headroom_environment_check", c.check, check="gpu_count"),
-            _srv("server:vllm_headroom_requests_waiting_capacity:queueing", c.queueing),
+        who = {"server": f"case-{i}", "instance": f"node-{i}:9478"}
+        case: list[tuple[str, str]] = [
+            _srv("vllm_headroom_oom_events_total", c.runtime_ooms, stage="decode", phase="runtime", **who),
+            _srv("vllm_headroom_oom_events_total", c.loading_ooms, stage=c.loading_stage, phase="loading", **who),
+            series("vllm_headroom_environment_check", c.check, check="gpu_count", instance=who["instance"]),
+            _srv("server:vllm_headroom_requests_waiting_capacity:queueing", c.queueing, **who),
         ]
         if c.headroom:
-            rows += [_srv("server:vllm_headroom_kv_cache_headroom_ratio:min", c.headroom),
+            case += [_srv("server:vllm_headroom_kv_cache_headroom_ratio:min", c.headroom, **who),
                      _srv("server:vllm_headroom_kv_cache_usage:hours", " ".join(
-                         "_" if v == "_" else "1" for v in _expand(c.headroom)))]
+                         "_" if v == "_" else "1" for v in _expand(c.headroom)), **who)]
         if c.loading_oom_at:
-            rows.append(_srv("server:vllm_headroom_loading_oom:timestamp", c.loading_oom_at, stage=c.loading_stage))
+            case.append(_srv("server:vllm_headroom_loading_oom:timestamp", c.loading_oom_at, stage=c.loading_stage,
+                             **who))
         if c.ready_at:
-            rows.append(_srv("server:vllm_headroom_engine_ready:timestamp", c.ready_at))
-        rows.append(_srv("vllm_headroom_target_up", "1x168"))
+            case.append(_srv("server:vllm_headroom_engine_ready:timestamp", c.ready_at, **who))
+        case.append(_srv("vllm_headroom_target_up", "1x168", **who))
         if c.rollout:  # the same rows, split: the first half on the old pod, the second on the new one
             split = []
-            for s, v in rows:
+            for s, v in case:
                 split.append((s, _first_half(v)))
-                split.append((s.replace(f'instance="{BASE_LABELS["instance"]}"', 'instance="10.0.0.9:9478"'),
+                split.append((s.replace(f'instance="{who["instance"]}"', f'instance="10.0.1.{i}:9478"'),
                               _second_half(v)))
-            rows = split
-        labels = f'job="{BASE_LABELS["job"]}",server="{BASE_LABELS["server"]}"'
-        tests.append({
-            "name": f"capacity verdict: {c.name}",
-            "interval": "1h",
-            "input_series": [{"series": s, "values": v} for s, v in rows],
-            "promql_expr_test": [{
-                "expr": "server:vllm_headroom_capacity_verdict:7d", "eval_time": "167h",
-                "exp_samples": [{"labels": f'server:vllm_headroom_capacity_verdict:7d{{{labels},'
-                                           f'reason="{reason}",verdict="{verdict}"}}', "value": 1}],
-            }],
-        })
-    return {"rule_files": rule_files, "evaluation_interval": "5m", "tests": tests}
+            case = split
+        rows += case
+        labels = f'job="{BASE_LABELS["job"]}",server="{who["server"]}"'
+        expected.append({"labels": f'server:vllm_headroom_capacity_verdict:7d{{{labels},'
+                                   f'reason="{reason}",verdict="{verdict}"}}', "value": 1})
+    return {"rule_files": rule_files, "evaluation_interval": "5m", "tests": [{
+        "name": "capacity verdicts: " + "; ".join(f"case-{i}: {c.name}" for i, c in enumerate(verdict_cases(t))),
+        "interval": "1h",
+        "input_series": [{"series": s, "values": v} for s, v in rows],
+        "promql_expr_test": [{"expr": "server:vllm_headroom_capacity_verdict:7d", "eval_time": "167h",
+                              "exp_samples": expected}],
+    }]}
 
 
 def _expand(values: str) -> list[str]:

@@ -6,6 +6,8 @@ the daemon's config, so a misspelt threshold never silently keeps its default.
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -99,7 +101,9 @@ def load_thresholds(path: str | None) -> Thresholds:
     problems, values = [], {}
     for key, value in data.items():
         if key not in known:
-            problems.append(f"{path}: {key}: unknown threshold (known: {', '.join(known)})")
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+            problems.append(f"{path}: {key}: unknown threshold ({hint})")
             continue
         want = type(getattr(defaults, key))
         if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
