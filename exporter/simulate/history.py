@@ -22,6 +22,7 @@ from exporter.exposition import parse
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
 from exporter.simulate.logs import VllmLogWriter
+from exporter.simulate.memory import VllmMemoryModel
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
@@ -32,7 +33,9 @@ KEEP = ("vllm_headroom_target_up", "vllm_headroom_kv_cache_headroom_ratio", "vll
         "vllm_headroom_log_events", "vllm_headroom_prefix_cache_hits_tokens", "vllm_headroom_prefix_cache_queries_tokens",
         "vllm_headroom_environment_info", "vllm_headroom_environment_check", "vllm_headroom_vllm_config_info",
         "vllm_headroom_gpu_memory_headroom_ratio", "vllm_headroom_gpu_memory_peak_used_bytes",
-        "vllm_headroom_preemptions", "vllm_headroom_prefix_cache_enabled")
+        "vllm_headroom_preemptions", "vllm_headroom_prefix_cache_enabled", "vllm_headroom_requests_waiting_by_reason",
+        "vllm_headroom_gpu_memory_utilization_ratio", "vllm_headroom_gpu_memory_total_bytes",
+        "vllm_headroom_engine_ready")
 
 
 def curves(start: float) -> dict[str, Callable[[float], float]]:
@@ -58,6 +61,7 @@ def write_history(path: str, end: float, days: int = 7, step: int = 900, instanc
                         "gpu": {"backend": "none"}}, "history")
     daemon = Daemon(cfg)
     gpus = FakeGpuBackend(8)
+    memory = VllmMemoryModel()
     daemon.gpu = GpuSampler(gpus, 1.0)
     oom_at = start + 5 * DAY + 3600
     oom_done = False
@@ -78,8 +82,8 @@ def write_history(path: str, end: float, days: int = 7, step: int = 900, instanc
             st = daemon.servers[name]
             st.update(ScrapeResult(True, series=normalize(parse(m.render().decode()).samples), size_bytes=1), t)
             st.tailer.poll()
-        for g in range(8):
-            gpus.set_used(g, int(gpus.total * (0.8 + 0.15 * usage["shrinking"](t) * (g == 3))))
+        for g in range(8):  # vLLM holds its budget from readiness on, whatever the KV usage
+            gpus.set_used(g, int(gpus.total * memory.used("ready")))
         daemon.gpu.sample_once()
         _append(openmetrics(daemon.registry).decode(), int(t), families, types, instance)
         t += step

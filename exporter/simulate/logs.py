@@ -15,12 +15,13 @@ class VllmLogWriter:
     """Appends lines to a log file the way a V1 vLLM server with TP workers does."""
 
     def __init__(self, path: str, model: str = "/models/kimi-k3", tp: int = 8, max_model_len: int = 1_048_576,
-                 version: str = "0.27.1") -> None:
+                 version: str = "0.27.1", gpu_memory_utilization: float = 0.92) -> None:
         self.path = path
         self.model = model
         self.tp = tp
         self.max_model_len = max_model_len
         self.version = version
+        self.gpu_memory_utilization = gpu_memory_utilization
         self.pid = 100
 
     def _write(self, lines: list[str]) -> None:
@@ -49,7 +50,7 @@ class VllmLogWriter:
         self._write([
             self.api(f"vLLM API server version {self.version}"),
             self.api(f"non-default args: {{'model': '{self.model}', 'max_model_len': {self.max_model_len}, "
-                     f"'tensor_parallel_size': {self.tp}, 'gpu_memory_utilization': 0.92, "
+                     f"'tensor_parallel_size': {self.tp}, 'gpu_memory_utilization': {self.gpu_memory_utilization:g}, "
                      f"'enable_prefix_caching': True}}", src="utils.py:328"),
             self.engine(f"Initializing a V1 LLM engine (v{self.version}) with config: model='{self.model}', "
                         f"dtype=torch.bfloat16, max_seq_len={self.max_model_len}, tensor_parallel_size={self.tp}, "

@@ -3,6 +3,10 @@
 Steps run in order: `start` (a new process: the port refuses, the log prints the startup), `load_weights`,
 `size_kv_cache`, `ready` (the port opens), `serve` (load ramps linearly over `seconds`), `oom` (the log
 prints a real-format failure for `stage`; the process dies), `wait`, and `repeat` (from the top).
+
+GPU memory follows vLLM's plan (exporter/simulate/memory.py): the budget `gpu_memory_utilization` x total is
+claimed at KV-cache sizing and held from then on, whatever the KV usage; `beyond_budget` ramps memory vLLM did
+not plan for (another process, a leak), and `spike_used` briefly takes a GPU to that share of its total.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import yaml
 
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.simulate.logs import STAGES, VllmLogWriter
+from exporter.simulate.memory import VllmMemoryModel
 from exporter.simulate.server import Listener, VllmStandIn
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
 log = logging.getLogger("vllm_headroom.simulate")
 ACTIONS = ("start", "load_weights", "size_kv_cache", "ready", "serve", "oom", "wait", "repeat")
-RAMPS = ("running", "waiting", "kv_usage", "prefix_hit", "gpu_used")
+RAMPS = ("running", "waiting", "kv_usage", "prefix_hit", "beyond_budget")
 NUMBERS = ("seconds", "requests_per_s", "preemptions_per_s", "spike_every", "spike_used", "spike_ms")
 TICK_S = 0.25
 STATS_EVERY_S = 2.0
@@ -39,6 +44,7 @@ class Scenario:
     description: str
     steps: list[dict[str, Any]]
     gpus: list[str] = field(default_factory=list)  # fake GPUs this server's load drives
+    gpu_memory_utilization: float = 0.92
 
 
 def builtin_scenarios() -> list[str]:
@@ -79,7 +85,14 @@ def parse_scenario(data: Any, name: str) -> Scenario:
                     raise ScenarioError(f"{where}.stage: expected one of {', '.join(STAGES)}")
             else:
                 raise ScenarioError(f"{where}.{key}: unknown key")
-    return Scenario(name, str(data.get("description", "")), data["steps"], [str(g) for g in data.get("gpus", [])])
+    util = data.get("gpu_memory_utilization", 0.92)
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        raise ScenarioError(f"{name}: gpu_memory_utilization: expected a share in (0, 1], got {util!r}")
+    unknown = set(data) - {"description", "steps", "gpus", "gpu_memory_utilization"}
+    if unknown:
+        raise ScenarioError(f"{name}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+    return Scenario(name, str(data.get("description", "")), data["steps"], [str(g) for g in data.get("gpus", [])],
+                    float(util))
 
 
 class SimulatedServer:
@@ -89,10 +102,12 @@ class SimulatedServer:
                  engines: int = 1, old_names: bool = False) -> None:
         self.name = name
         self.scenario = scenario
-        self.metrics = VllmMetrics(engines=engines, old_names=old_names)
+        self.metrics = VllmMetrics(engines=engines, old_names=old_names,
+                                   gpu_memory_utilization=scenario.gpu_memory_utilization)
+        self.memory = VllmMemoryModel(utilization=scenario.gpu_memory_utilization)
         self.standin = VllmStandIn(self.metrics)
         self.listener = Listener(self.standin.app(), port=port)
-        self.log = VllmLogWriter(log_path)
+        self.log = VllmLogWriter(log_path, gpu_memory_utilization=scenario.gpu_memory_utilization)
         self.gpus = gpus
         self._carry = {"requests": 0.0, "preemptions": 0.0}
 
@@ -109,7 +124,10 @@ class SimulatedServer:
         finally:
             await self.listener.cleanup()
 
-    def _gpu(self, fraction: float) -> None:
+    def _gpu(self, stage: str, beyond_budget: float = 0.0) -> None:
+        self._set_gpus(self.memory.used(stage, beyond_budget))
+
+    def _set_gpus(self, fraction: float) -> None:
         if self.gpus is not None:
             for g in self.scenario.gpus:
                 self.gpus.set_used(g, int(self.gpus.total * fraction))
@@ -122,17 +140,19 @@ class SimulatedServer:
             await self.listener.close()
             self.metrics.restart()
             self.log.start()
-            self._gpu(0.1)
+            self._gpu("start")
         elif action == "load_weights":
             await asyncio.sleep(seconds)
             self.log.weights_loaded()
-            self._gpu(0.65)
+            self._gpu("weights")
         elif action == "size_kv_cache":
             await asyncio.sleep(seconds)
+            self._gpu("profiling")
             self.log.kv_cache_sized()
-            self._gpu(0.88)
+            self._gpu("kv_cache")
         elif action == "ready":
             await asyncio.sleep(seconds)
+            self._gpu("ready")
             self.log.ready()
             self.standin.serving = True
             await self.listener.open()
@@ -142,7 +162,7 @@ class SimulatedServer:
             self.log.oom(step["stage"])
             self.standin.serving = False
             await self.listener.close()
-            self._gpu(0.0)
+            self._gpu("off")
         elif action == "wait":
             await asyncio.sleep(seconds)
 
@@ -168,12 +188,12 @@ class SimulatedServer:
                 self.metrics.serve_requests(0, n, prompt_tokens=20_000, cached_tokens=int(20_000 * hit),
                                             output_tokens=400, ttft_s=0.3 + 2 * float(v["kv_usage"] or 0),
                                             queue_s=0.05 * int(v["waiting"] or 0), preemptions=p)
-            if v["gpu_used"] is not None:
-                self._gpu(v["gpu_used"])
+            beyond = float(v["beyond_budget"] or 0)
+            self._gpu("ready", beyond)
             if step.get("spike_every") and now >= next_spike:
-                self._gpu(float(step.get("spike_used", 0.99)))
+                self._set_gpus(float(step.get("spike_used", 0.99)))
                 await asyncio.sleep(float(step.get("spike_ms", 150)) / 1000)
-                self._gpu(v["gpu_used"] or 0.8)
+                self._gpu("ready", beyond)
                 next_spike = now + float(step["spike_every"])
             if now >= next_stats:
                 self.log.stats(int(v["running"] or 0), int(v["waiting"] or 0), float(v["kv_usage"] or 0),

@@ -53,6 +53,9 @@ class VllmMetrics:
     num_gpu_blocks: int = 42_428
     block_size: int = 64
     enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.92
+    # vllm:num_requests_waiting_by_reason{reason="capacity"|"deferred"}: newer releases only
+    waiting_by_reason: bool = False
     kv_cache_size_tokens: int | None = 2_715_392
     first_engine: int = 0  # engine label of the first DP engine (a restarted DP group may come back renumbered)
     registry: CollectorRegistry = field(init=False)
@@ -74,6 +77,8 @@ class VllmMetrics:
                              labels, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels,
                              registry=r)
+        self.by_reason = Gauge("vllm:num_requests_waiting_by_reason", "Number of requests waiting, by the reason "
+                               "they wait.", labels + ["reason"], registry=r) if self.waiting_by_reason else None
         self.kv = Gauge("vllm:gpu_cache_usage_perc" if old else "vllm:kv_cache_usage_perc",
                         "KV-cache usage. 1 means 100 percent usage.", labels, registry=r)
         self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
@@ -101,7 +106,7 @@ class VllmMetrics:
         self.prompt_len = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
                                     buckets=_token_buckets(self.max_model_len), registry=r)
         info = {"block_size": str(self.block_size), "cache_dtype": "auto",
-                "enable_prefix_caching": str(self.enable_prefix_caching), "gpu_memory_utilization": "0.92",
+                "enable_prefix_caching": str(self.enable_prefix_caching), "gpu_memory_utilization": f"{self.gpu_memory_utilization:g}",
                 "num_gpu_blocks": str(self.num_gpu_blocks), "num_cpu_blocks": "None", "swap_space": "0"}
         if self.kv_cache_size_tokens is not None:
             info["kv_cache_size_tokens"] = str(self.kv_cache_size_tokens)
@@ -127,6 +132,10 @@ class VllmMetrics:
         self.running.labels(*e).set(load.running)
         self.waiting.labels(*e).set(load.waiting)
         self.kv.labels(*e).set(load.kv_usage)
+        if self.by_reason is not None:  # a request waits for capacity when the cache has no room for it
+            capacity = load.waiting if load.kv_usage >= 0.95 else 0
+            self.by_reason.labels(*e, "capacity").set(capacity)
+            self.by_reason.labels(*e, "deferred").set(load.waiting - capacity)
 
     def serve_requests(self, engine: int, n: int, prompt_tokens: int, cached_tokens: int, output_tokens: int,
                        ttft_s: float = 0.2, queue_s: float = 0.01, preemptions: int = 0) -> None:
