@@ -248,10 +248,11 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
     specs: list[AlertSpec] = []
 
     def oom_alert(name: str, phase: str, severity: str, routing: str, summary: str, description: str,
-                  runbook: dict[str, str], stage: str, other_phase_stage: str) -> AlertSpec:
-        expr = (f'sum by ({by}, stage) (increase(vllm_headroom_oom_events_total{{{sel},phase="{phase}"}}[10m])) '
+                  runbook: dict[str, str], stage: str, other_phase_stage: str, window: str) -> AlertSpec:
+        expr = (f'sum by ({by}, stage) (increase(vllm_headroom_oom_events_total{{{sel},phase="{phase}"}}[{window}])) '
                 "> 0")
         other = "loading" if phase == "runtime" else "runtime"
+        w = int(_minutes(window))
         return AlertSpec(name, severity, routing, "0m", expr, summary, description, SERVER_BY + ("stage",), [
             Case("an OOM in this phase fires", [
                 _srv("vllm_headroom_oom_events_total", "0 0 0 1 1 1 1 1", stage=stage, phase=phase)],
@@ -261,8 +262,9 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                 "5m", False),
             Case("a flat counter does not fire", [
                 _srv("vllm_headroom_oom_events_total", "2x20", stage=stage, phase=phase)], "15m", False),
-            Case("an OOM ages out after 10 minutes", [
-                _srv("vllm_headroom_oom_events_total", "0 1x30", stage=stage, phase=phase)], "25m", False),
+            Case(f"an OOM ages out after {window}", [
+                _srv("vllm_headroom_oom_events_total", f"0 1x{w + 30}", stage=stage, phase=phase)], f"{w + 15}m",
+                False),
         ], runbook)
 
     specs.append(oom_alert(
@@ -282,7 +284,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
          "scale": "If the target load still leaves no stable headroom after those changes, scale out (more "
                   "replicas or GPUs); new hardware is not the first move for a runtime OOM.",
          "evidence": "The triage report, the scheduler dump's step kind, peak GPU memory, KV usage, running and "
-                     "waiting requests at the time, and the settings you changed."}, "prefill", "weight_loading"))
+                     "waiting requests at the time, and the settings you changed."}, "prefill", "weight_loading", "10m"))
     specs.append(oom_alert(
         "VllmLoadingStageOOM", "loading", "warning", "ticket",
         "Loading-stage OOM on {{ $labels.server }} during {{ $labels.stage }}: check image, driver, hardware and "
@@ -301,7 +303,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                   "this is a migrate-or-scale decision: more or larger GPUs, or a different parallel layout.",
          "evidence": "The triage report (stage, startup timeline, memory split), `vllm_headroom_environment_check`, "
                      "the image tag, driver and CUDA versions, GPU model and count, and the parallel sizes."},
-        "kv_cache_alloc", "decode"))
+        "kv_cache_alloc", "decode", "1h"))  # 1h: a crash loop restarting every few minutes stays one alert
 
     kv_runbook = {
         "meaning": "Requests wait because a DP engine's KV cache has no room for them: capacity, not compute, is "
@@ -418,21 +420,25 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
         f"beyond the budget vLLM was given (threshold {_f(ob * 100)}%)",
         "Memory beyond vLLM's gpu_memory_utilization budget: another process, spikes past the profile, or a leak.",
         GPU_BY, [
-            Case("a healthy server at utilization 0.97 does not fire", gpu_series(0.97, 0.97),
+            Case("a healthy server at utilization 0.97 with its CUDA graphs on top does not fire",
+                 gpu_series(0.974, 0.97),
                  _after(t.gpu_over_budget_for), False),
             Case("a healthy server at 0.92 with prefill spikes inside the budget does not fire",
-                 gpu_series(0.92, 0.92), _after(t.gpu_over_budget_for), False),
+                 gpu_series(0.93, 0.92), _after(t.gpu_over_budget_for), False),
             Case("use beyond the budget fires", gpu_series(round(0.9 + ob + 0.01, 6), 0.9),
                  _after(t.gpu_over_budget_for), True),
         ], gpu_runbook))
     specs.append(AlertSpec(
         "VllmGPUMemoryHeadroomCritical", "critical", "page", t.gpu_headroom_critical_for,
         f"(gpu:vllm_headroom_gpu_memory_headroom_ratio:min < {_f(hc)})\nand on (job, instance, gpu)\n"
-        "(gpu:vllm_headroom_gpu_memory_over_budget:ratio > 0)",
+        f"(gpu:vllm_headroom_gpu_memory_over_budget:ratio > {_f(ob)})",
         "GPU {{ $labels.gpu }} on {{ $labels.instance }} peaked beyond vLLM's budget with {{ $value | "
         "humanizePercentage }} of its memory left (under " + _f(hc * 100) + "%)",
-        "Memory beyond vLLM's budget has all but filled the GPU: the next spike is an OOM.", GPU_BY, [
-            Case("a healthy server at utilization 0.99 does not page", gpu_series(0.99, 0.99),
+        "Memory beyond vLLM's budget has all but filled the GPU: the next spike is an OOM. (CUDA graphs, captured "
+        "after the KV cache, sit a little over the budget on a healthy server: the page needs more than "
+        f"{_f(ob * 100)}% of the card beyond it.)", GPU_BY, [
+            Case("a healthy server at utilization 0.99 with its CUDA graphs on top does not page",
+                 gpu_series(0.995, 0.99),
                  _after(t.gpu_headroom_critical_for), False),
             Case("beyond the budget with almost nothing left pages", gpu_series(round(1 - hc / 2, 6), 0.92),
                  _after(t.gpu_headroom_critical_for), True),
