@@ -223,3 +223,17 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
         proc.terminate()
         proc.wait(10)
         hook.shutdown()
+
+
+def test_docs_alerts_table_states_what_the_replay_fired(week):
+    """docs/alerts.md lists every shipped alert with how often it fired in the replay; the figures stay true."""
+    healthy = {s.name for s in week["servers"] if s.incident.kind == "none"}
+    fired: dict[str, list[int]] = {name: [0, 0] for name in week["rules"]}
+    for e in week["episodes"]:
+        fired[e["alert"]][0 if _who(e, week["servers"]) & healthy else 1] += 1
+    table = {}
+    for line in (ROOT / "docs" / "alerts.md").read_text().splitlines():
+        m = re.match(r"^\| (Vllm\w+) \|.*\| (\d+) / (\d+) \|$", line)
+        if m:
+            table[m.group(1)] = [int(m.group(2)), int(m.group(3))]
+    assert table == fired
