@@ -21,22 +21,11 @@ import urllib.request
 from typing import Any
 
 from exporter.generate.thresholds import Thresholds
+from exporter.generate.weekly import VERDICT_WORDS, VERDICTS
 
-VERDICT_TEXT = {"tune_and_keep": "Tune and keep", "monitor_and_operate": "Monitor and operate",
-                "migrate_or_scale": "Migrate or scale", "insufficient_data": "Insufficient data"}
-REASON_TEXT = {
-    "weights_cannot_load": "the weights could not load and no later start succeeded: image, driver, hardware or "
-                           "parallel topology",
-    "environment_check_failed": "an environment check of the deployment guide fails",
-    "loading_config_failure": "a start failed at graph capture, KV-cache allocation or warm-up and no later start "
-                              "succeeded: a configuration to fix",
-    "no_kv_data": "too little KV-cache data this week to judge: check the KV series and the exporter",
-    "runtime_oom_recurring": "runtime OOMs recur while KV headroom p05 stays under the warning line: scale",
-    "capacity_queueing": "requests waited for KV capacity much of the week at this load: scale",
-    "runtime_oom": "runtime OOMs this week: reduce context, concurrency or retention, replay, and watch",
-    "capacity_queueing_seen": "requests waited for KV capacity for a while: keep the alerts",
-    "stable_headroom": "no capacity queue and no memory failures",
-}
+# verdict and reason names come from the rules that record them; the words a reader sees are kept with them
+VERDICT_TEXT = dict(VERDICT_WORDS)
+REASON_TEXT = {reason: text for _verdict, reason, text in VERDICTS}
 
 
 class PrometheusError(Exception):

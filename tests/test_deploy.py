@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from exporter.config import load_config, parse_config
-from exporter.generate import rules
+from exporter.generate import recording, rules, weekly
+from exporter.generate.alerts import alert_specs
 from exporter.generate.thresholds import Thresholds
 from tests.conftest import ROOT, need
 
@@ -52,7 +53,7 @@ def test_prometheus_rule_carries_exactly_the_generated_rules():
         on_disk += docs(ROOT / "alerts" / name)[0]["groups"]
     assert pr["spec"]["groups"] == on_disk
     t = Thresholds()
-    assert pr["spec"]["groups"] == rules.alert_groups(t) + rules.recording_rules(t) + rules.weekly_rules(t)
+    assert pr["spec"]["groups"] == rules.alert_groups(t, alert_specs(t)) + recording.recording_rules(t) + weekly.weekly_rules(t)
 
 
 def test_compose_stack_points_at_real_files_and_valid_configs():

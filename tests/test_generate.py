@@ -11,9 +11,11 @@ import yaml
 
 from exporter.config import ConfigError
 from exporter.generate import outputs
+from exporter.generate.alerts import alert_specs
 from exporter.generate.dashboards import dashboards, panel_queries
-from exporter.generate.rules import alert_specs, recording_rules, weekly_rules
+from exporter.generate.recording import recording_rules
 from exporter.generate.thresholds import Thresholds, load_thresholds
+from exporter.generate.weekly import weekly_rules
 from tests.conftest import ROOT, need
 
 DEFAULT = Thresholds()

@@ -7,7 +7,6 @@ the daemon's config, so a misspelt threshold never silently keeps its default.
 from __future__ import annotations
 
 import difflib
-
 import re
 from dataclasses import dataclass, fields
 from typing import Any
