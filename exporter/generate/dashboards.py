@@ -10,8 +10,21 @@ import json
 from typing import Any
 
 from grafanalib._gen import DashboardEncoder
-from grafanalib.core import (BarGauge, Dashboard, GridPos, RowPanel, Stat, StateTimeline, Table, Target, Template,
-                             Templating, Threshold, Time, TimeSeries)
+from grafanalib.core import (
+    BarGauge,
+    Dashboard,
+    GridPos,
+    RowPanel,
+    Stat,
+    StateTimeline,
+    Table,
+    Target,
+    Template,
+    Templating,
+    Threshold,
+    Time,
+    TimeSeries,
+)
 
 from exporter.generate.thresholds import Thresholds
 

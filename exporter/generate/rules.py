@@ -71,7 +71,7 @@ def _f(v: float) -> str:
     return f"{v:g}"
 
 
-def _minutes(duration: str) -> int:
+def _minutes(duration: str) -> float:
     n, unit = int(duration[:-1]), duration[-1]
     return n * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440, "w": 10080}[unit]
 
@@ -242,7 +242,7 @@ def alert_specs(t: Thresholds) -> list[AlertSpec]:
                  _after(for_), True, fire_labels),
             Case("exactly at the threshold does not fire", [metric_fn(metric, f"{_f(warn)}x60")], _after(for_),
                  False),
-            Case("below for less than `for` does not fire", [metric_fn(metric, f"0.5x{max(_minutes(for_) - 3, 0)} "
+            Case("below for less than `for` does not fire", [metric_fn(metric, f"0.5x{max(int(_minutes(for_)) - 3, 0)} "
                                                                        f"{_f(below)}x60")],
                  f"{int(_minutes(for_))}m", False),
         ]
