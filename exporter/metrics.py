@@ -127,7 +127,7 @@ class HeadroomCollector:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:
+    def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:  # noqa: C901  goes with collectors per domain
         ready = _g("engine_ready", "1 once the log or the server says the engine serves; 0 while loading or after "
                    "a crash.", ["server"])
         stage = _g("engine_stage", "1 for the stage the engine is in now (from its log; ready/unknown from the "
@@ -191,7 +191,7 @@ class HeadroomCollector:
                 value = next((facts[k] for k in keys if isinstance(facts.get(k), (int, float))), None)
                 if value is not None:
                     memory.add_metric([st.name, part], value * 1024**3)
-            for fam, value in zip(health.values(), snap[:7]):
+            for fam, value in zip(health.values(), snap[:7], strict=True):
                 fam.add_metric([st.name], value)
             present.add_metric([st.name], 1 if snap[7] else 0)
             if snap[8] is not None:
@@ -233,9 +233,10 @@ class HeadroomCollector:
             mm = derive.capacity_mismatch(metric_tokens, log_tokens)
             if mm is not None:
                 mismatch.add_metric([st.name], 1 if mm else 0)
-            c = st.cache_config.get("kv_cache_max_concurrency")
+            raw = st.cache_config.get("kv_cache_max_concurrency")
+            c: float | None
             try:
-                c = float(c) if c not in (None, "", "None") else facts.get("max_concurrency")
+                c = float(raw) if raw not in (None, "", "None") else facts.get("max_concurrency")
             except ValueError:
                 c = facts.get("max_concurrency")
             if c is not None:
@@ -289,7 +290,7 @@ class HeadroomCollector:
                 up.add_metric(lv, 1 if st.up else 0)
                 errs.add_metric(lv, st.errors)
                 lost.add_metric(lv, st.lost)
-                if not st.up or st.total is None:
+                if not st.up or st.total is None or st.used is None:
                     continue
                 used.add_metric(lv, st.used)
                 total.add_metric(lv, st.total)

@@ -20,6 +20,7 @@ from exporter.generate.thresholds import Thresholds
 from exporter.simulate.history import write_history
 from tests.conftest import need, start_prometheus
 
+
 def backfill_rules(promtool: str, prom, rules: str, start: int, end: int, out) -> None:
     r = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", "-q", f"--start={start}", f"--end={end}",
                         f"--url={prom.url}", f"--output-dir={out}", rules], capture_output=True, text=True, timeout=600)
