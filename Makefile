@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
 
-.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean triage-score
+.PHONY: install system-deps bench-deps run demo lint test fuzz bench soak generate clean triage-score
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,13 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/vllm-headroom demo
 
-test: $(STAMP) system-deps
+# Lint (ruff, with the settings in pyproject.toml) and types (mypy on exporter/): any finding fails `make test`.
+# `ruff format --check` joins them once the tree has been through one `ruff format` (CONTRIBUTING.md).
+lint: $(STAMP)
+	$(BIN)/ruff check exporter tests benchmarks
+	$(BIN)/mypy
+
+test: $(STAMP) system-deps lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Benchmarks against the peers (mtail, wrk, node_exporter from Debian); writes docs/performance.md.
@@ -73,4 +79,4 @@ generate: $(STAMP)
 	$(BIN)/vllm-headroom generate --out .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build *.egg-info
