@@ -10,19 +10,18 @@ import time
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample as PCSample
 
 from exporter import __version__, derive
-from exporter.encode import Rendered, sample_line
+from exporter.encode import Rendered
 from exporter.environment import CHECKS, evaluate, safe_version
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
-from exporter.vllm import names
+from exporter.reexport import PREFIX, reexport_families
 from exporter.vllm.scrape import ERROR_REASONS
 
 if TYPE_CHECKING:
-    from exporter.daemon import Daemon, ServerState
+    from exporter.state import DaemonView, ServerState
 
-P = "vllm_headroom_"
+P = PREFIX
 # part label -> the log fact it comes from (GiB as vLLM prints it)
 MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
                 "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
@@ -52,35 +51,8 @@ def _c(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=labels)
 
 
-def reexport_families() -> dict[str, tuple[str, str]]:
-    """wire family -> (our family name without prefix and `_total`, type)."""
-    out = {}
-    for wire, (ours, typ) in names.REEXPORT.items():
-        out[wire] = (ours[: -len("_total")] if typ == "counter" else ours, typ)
-    for wire, ours in names.REEXPORT_HISTOGRAMS.items():
-        out[wire] = (ours, "histogram")
-    return out
-
-
-def render_reexport(server: str, series: dict) -> dict[str, tuple[list, str]]:
-    """One server's re-exported samples and their text lines, per wire family."""
-    out = {}
-    for wire, (base, typ) in reexport_families().items():
-        name = P + base
-        parts = names.HISTOGRAM_PARTS if typ == "histogram" else ("_total" if typ == "counter" else "",)
-        samples = []
-        for part in parts:
-            source = series.get(wire + part if typ == "histogram" else wire, ())
-            for s in source:
-                labels = {"server": server, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
-                samples.append(PCSample(name + part, labels, s.value, None, None))
-        lines = [sample_line(x.name, x.labels, x.value, None) for x in samples]
-        out[wire] = (samples, "".join(lines))
-    return out
-
-
 class HeadroomCollector:
-    def __init__(self, daemon: "Daemon") -> None:
+    def __init__(self, daemon: "DaemonView") -> None:
         self.d = daemon
 
     def describe(self) -> list:
