@@ -31,12 +31,13 @@ system-deps:
 	  fi; \
 	fi
 
-# With CONFIG, or a vLLM answering on 127.0.0.1:8000: the exporter. Otherwise the demo (simulated vLLM).
+# With CONFIG, or a vLLM on 127.0.0.1:8000 (its /metrics has vllm: series or /version answers; anything else
+# on the port does not count): the exporter. Otherwise the demo (simulated vLLM).
 run: $(STAMP)
 	@if [ -n "$(CONFIG)" ]; then exec $(BIN)/vllm-headroom serve --config "$(CONFIG)"; fi; \
-	if $(BIN)/python -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', 8000)))"; \
+	if $(BIN)/python -m exporter.probe http://127.0.0.1:8000; \
 	then exec $(BIN)/vllm-headroom serve; \
-	else echo "no vLLM answers on 127.0.0.1:8000: starting the demo with simulated vLLM servers (CONFIG=file.yaml for real ones)"; \
+	else echo "starting the demo with simulated vLLM servers (CONFIG=file.yaml for real ones)"; \
 	  exec $(BIN)/vllm-headroom demo; fi
 
 demo: $(STAMP)
