@@ -1,5 +1,6 @@
 # Two commands for a new machine: `make run` (the service) and `make test` (the suite). Both set up
-# a virtual environment in .venv first, reinstalling when pyproject.toml changes.
+# a virtual environment in .venv first, reinstalling when pyproject.toml changes, with the `test` and
+# `report` extras (the daemon alone, as in deploy/Dockerfile, needs neither).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,report]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

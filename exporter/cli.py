@@ -126,6 +126,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from exporter.report_needs import missing
 
     try:
+        import matplotlib  # noqa: F401  the plots' library, the `report` extra
+    except ImportError:
+        print("vllm-headroom report: the report's plots need matplotlib, which is not installed: "
+              "pip install 'vllm-headroom[report]' (make run and make test install it)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    try:
         since = parse_since(args.since)
     except ValueError as exc:
         print(f"vllm-headroom report: --since: {exc}", file=sys.stderr)

@@ -174,6 +174,15 @@ def test_report_without_the_rules_names_the_rule_files(tmp_path):
     assert not out.exists()
 
 
+def test_report_without_matplotlib_says_how_to_install_it(tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; from exporter.cli import main; "
+            f"sys.exit(main(['report', '--prometheus', 'http://127.0.0.1:{free_port()}', '--out', 'r.html']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "pip install 'vllm-headroom[report]'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
 # -- `make run`: is it a vLLM on :8000? ----------------------------------------------------------------
 
 async def _served(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -223,3 +232,18 @@ def test_probe_command_exit_codes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "exporter.probe", f"http://127.0.0.1:{free_port()}"],
                        capture_output=True, text=True, timeout=60, env={**os.environ})
     assert r.returncode == 1 and "no vLLM at http://127.0.0.1:" in r.stdout
+
+
+def test_the_daemons_install_pulls_no_plotting_libraries():
+    """matplotlib and numpy are the `report` extra: a DaemonSet's image installs the package without them."""
+    from importlib.metadata import requires
+
+    declared = requires("vllm-headroom") or []  # as installed from pyproject.toml (make install)
+    runtime = " ".join(r for r in declared if "extra ==" not in r).lower()
+    assert "pyyaml" in runtime and "matplotlib" not in runtime and "numpy" not in runtime
+    assert any(r.startswith("matplotlib") and 'extra == "report"' in r for r in declared), declared
+    code = ("import sys; sys.modules['matplotlib'] = sys.modules['numpy'] = None; "
+            "import exporter.cli, exporter.daemon, exporter.demo, exporter.triage, exporter.generate, exporter.report; "
+            "from exporter.cli import main; sys.exit(main(['serve', '--help']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage: vllm-headroom serve" in r.stdout, r.stderr
