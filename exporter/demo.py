@@ -120,6 +120,8 @@ def hints(base: str, sims: list[SimulatedServer]) -> str:
 
 
 class CannotListen(Exception):
+    """The exporter's port could not be bound: said as such, and only then (not for a bad --workdir)."""
+
     def __init__(self, port: int, exc: OSError) -> None:
         super().__init__(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")
 
