@@ -1,5 +1,6 @@
 # Two commands for a new machine: `make run` (the service) and `make test` (the suite). Both set up
-# a virtual environment in .venv first, reinstalling when pyproject.toml changes.
+# a virtual environment in .venv first, reinstalling when pyproject.toml changes, with the `test` and
+# `report` extras (the daemon alone, as in deploy/Dockerfile, needs neither).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,11 +9,11 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
 
-.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean triage-score
+.PHONY: install system-deps bench-deps run demo lint test fuzz bench soak generate clean triage-score
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,report]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -31,18 +32,25 @@ system-deps:
 	  fi; \
 	fi
 
-# With CONFIG, or a vLLM answering on 127.0.0.1:8000: the exporter. Otherwise the demo (simulated vLLM).
+# With CONFIG, or a vLLM on 127.0.0.1:8000 (its /metrics has vllm: series or /version answers; anything else
+# on the port does not count): the exporter. Otherwise the demo (simulated vLLM).
 run: $(STAMP)
 	@if [ -n "$(CONFIG)" ]; then exec $(BIN)/vllm-headroom serve --config "$(CONFIG)"; fi; \
-	if $(BIN)/python -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', 8000)))"; \
+	if $(BIN)/python -m exporter.probe http://127.0.0.1:8000; \
 	then exec $(BIN)/vllm-headroom serve; \
-	else echo "no vLLM answers on 127.0.0.1:8000: starting the demo with simulated vLLM servers (CONFIG=file.yaml for real ones)"; \
+	else echo "starting the demo with simulated vLLM servers (CONFIG=file.yaml for real ones)"; \
 	  exec $(BIN)/vllm-headroom demo; fi
 
 demo: $(STAMP)
 	$(BIN)/vllm-headroom demo
 
-test: $(STAMP) system-deps
+# Lint (ruff, with the settings in pyproject.toml) and types (mypy on exporter/): any finding fails `make test`.
+# `ruff format --check` joins them once the tree has been through one `ruff format` (CONTRIBUTING.md).
+lint: $(STAMP)
+	$(BIN)/ruff check exporter tests benchmarks
+	$(BIN)/mypy
+
+test: $(STAMP) system-deps lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Benchmarks against the peers (mtail, wrk, node_exporter from Debian); writes docs/performance.md.
@@ -73,4 +81,4 @@ generate: $(STAMP)
 	$(BIN)/vllm-headroom generate --out .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache build *.egg-info

@@ -41,8 +41,8 @@ def main(repeats: int = 7) -> list[dict]:
         text = payload(engines)
         a, b = sorted(ours(text)), sorted(theirs(text))
         assert a == b, f"samples differ for {engines} engines"
-        t_ours = median_time(lambda: parse(text), repeats)
-        t_theirs = median_time(lambda: list(text_string_to_metric_families(text)), repeats)
+        t_ours = median_time(lambda text=text: parse(text), repeats)
+        t_theirs = median_time(lambda text=text: list(text_string_to_metric_families(text)), repeats)
         rows.append({"engines": engines, "bytes": len(text), "samples": len(a), "ours_ms": t_ours * 1e3,
                      "prometheus_client_ms": t_theirs * 1e3, "speedup": t_theirs / t_ours})
         print(f"{engines:>3} engines {len(text):>8} B {len(a):>6} samples: ours {t_ours * 1e3:8.2f} ms, "

@@ -45,7 +45,7 @@ async def main(n: int, workdir: str, lines_per_s: float, churn: bool = False) ->
             last_rotate = now
             for path in logs:
                 os.replace(path, path + ".1")
-        for i, (m, w) in enumerate(zip(metrics, writers)):
+        for m, w in zip(metrics, writers, strict=True):
             for e in range(2):
                 m.set_load(e, EngineLoad(running=10 + tick % 5, waiting=tick % 3, kv_usage=0.4 + 0.1 * (tick % 5)))
                 m.serve_requests(e, 3, prompt_tokens=8000, cached_tokens=3000, output_tokens=300)

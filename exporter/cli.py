@@ -1,4 +1,4 @@
-"""The `vllm-headroom` command line: serve, triage, generate, demo, check-config."""
+"""The `vllm-headroom` command line: serve, triage, check-config, generate, report, demo."""
 
 from __future__ import annotations
 
@@ -123,6 +123,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from exporter.config import ConfigError
     from exporter.generate.thresholds import load_thresholds
     from exporter.report import Prometheus, PrometheusError, collect, parse_since, render_html
+    from exporter.report_needs import missing
+
+    try:
+        import matplotlib  # noqa: F401  the plots' library, the `report` extra
+    except ImportError:
+        print("vllm-headroom report: the report's plots need matplotlib, which is not installed: "
+              "pip install 'vllm-headroom[report]' (make run and make test install it)", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
     try:
         since = parse_since(args.since)
@@ -133,8 +141,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         thresholds = load_thresholds(args.thresholds)  # the same file the rules were generated from
     except ConfigError as exc:
         return _problems(exc)
+    prom = Prometheus(args.prometheus)
+    end = args.end or time.time()
     try:
-        data = collect(Prometheus(args.prometheus), since, args.end or time.time(), thresholds)
+        problems = missing(prom, since, end)
+        if problems:
+            for problem in problems:
+                print(f"vllm-headroom report: {problem}", file=sys.stderr)
+            print(f"vllm-headroom report: nothing written to {args.out}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        data = collect(prom, since, end, thresholds)
     except PrometheusError as exc:
         print(f"vllm-headroom report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -148,6 +164,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser; `parser.commands` maps each command to its own parser (for its usage in errors)."""
     parser = argparse.ArgumentParser(prog="vllm-headroom", description=__doc__)
     parser.add_argument("--version", action="version", version=f"vllm-headroom {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -171,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_triage)
 
     p = sub.add_parser("check-config", help="validate a config file")
-    p.add_argument("file")
+    p.add_argument("file", help="the YAML config file `serve --config` would read")
     p.set_defaults(func=_cmd_check_config)
 
     p = sub.add_parser("generate", help="write dashboards, alert and recording rules, tests and runbooks")
@@ -179,10 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=".", help="directory to write alerts/, dashboards/, docs/runbooks/ into")
     p.set_defaults(func=_cmd_generate)
 
-    p = sub.add_parser("report", help="the weekly capacity review as HTML and JSON, from Prometheus")
+    p = sub.add_parser("report", help="the weekly capacity review as HTML and JSON, from Prometheus",
+                       description="Reads vllm-headroom's series and its recording and weekly rules' series from "
+                       "Prometheus. Exit codes: 0 written; 2 bad arguments, Prometheus unreachable, or missing "
+                       "what the report needs (named; nothing is written).")
     p.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
     p.add_argument("--since", default="7d", help="how far back (default 7d)")
-    p.add_argument("--out", default="report.html")
+    p.add_argument("--out", default="report.html", help="where the HTML page goes (default report.html)")
     p.add_argument("--json", help="where the JSON goes (default: beside --out)")
     p.add_argument("--thresholds", help="the thresholds file the rules were generated from (default: built in)")
     p.add_argument("--end", type=float, help=argparse.SUPPRESS)  # Unix time; tests and re-runs of a past week
@@ -193,11 +213,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", action="append", help="a built-in scenario or a YAML file; repeat for several")
     p.add_argument("--workdir", help="where the simulated logs go (default: a new temporary directory)")
     p.set_defaults(func=_cmd_demo)
+    parser.set_defaults(commands=dict(sub.choices))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would show the top-level usage even when the mistake is in the command's flags
+        words = sys.argv[1:] if argv is None else argv
+        before = words[:words.index(args.command)] if args.command in words else []
+        where = parser if any(word in before for word in extra) else args.commands[args.command]
+        where.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -1,7 +1,8 @@
 """`vllm-headroom serve`: scrapes the vLLM servers, samples GPU memory, follows the logs, serves /metrics.
 
 The aiohttp app's cleanup context owns every background task, so SIGTERM stops them in order and the
-log offsets are flushed before the process exits.
+log offsets are flushed before the process exits. What the loops learn is kept in exporter.state, which
+the collector (exporter.metrics) and the HTTP side (exporter.server) read without importing this module.
 """
 
 from __future__ import annotations
@@ -11,189 +12,25 @@ import logging
 import random
 import signal
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter import derive
-from exporter.config import Config, ServerConfig, redact_text
-from exporter.gpu.base import GpuUnavailable, open_backend
+from exporter.config import Config
+from exporter.gpu.base import GpuUnavailable
+from exporter.gpu.choose import open_backend
 from exporter.gpu.sampler import GpuSampler
 from exporter.httpguard import ConnectionGuard, serve
 from exporter.logs.tailer import LogTailer
 from exporter.metrics import HeadroomCollector
-from exporter.vllm.scrape import ScrapeResult, fetch_metrics
+from exporter.state import ServerState
+from exporter.vllm.scrape import fetch_metrics
 
 log = logging.getLogger("vllm_headroom")
 TAIL_INTERVAL_S = 0.25
-MAX_ENGINES = 64  # (model_name, engine) pairs kept per server per scrape; the rest are dropped and counted
-# Re-exported samples kept per server per scrape: 64 engines of every re-exported family (~110 samples an
-# engine with both histograms) fit several times over; 100k `finished_reason` or `le` values do not.
-MAX_REEXPORTED = 20_000
-
-
-def _reexported_keys() -> tuple[str, ...]:
-    """The series keys the re-export reads (histograms by part), in a fixed order."""
-    from exporter.vllm import names
-
-    keys = list(names.REEXPORT)
-    for wire in names.REEXPORT_HISTOGRAMS:
-        keys += [wire + part for part in names.HISTOGRAM_PARTS]
-    return tuple(keys)
-
-
-class ServerState:
-    """What is known of one vLLM server: its last scrape, windows over its counters, its log."""
-
-    def __init__(self, config: ServerConfig, window_s: float, tailer: LogTailer | None) -> None:
-        self.config = config
-        self.name = config.name
-        self.tailer = tailer
-        self.window_s = window_s
-        self.up = False
-        self.scrapes = 0
-        self.last_duration = 0.0
-        self.last_size = 0
-        self.last_success: float | None = None
-        self.errors: Counter[str] = Counter()
-        self.series: dict = {}
-        self.kv_usage: dict[tuple[str, str], float] = {}
-        self.cache_config: dict[str, str] = {}
-        self.windows: dict[tuple[str, str], derive.CounterWindow] = {}
-        self.v0_rates: dict[str, float] = {}
-        self.dropped_series = 0
-        self._warned_cap = False
-        self._rendered: dict | None = None  # re-exported series as text, made once per scrape
-
-    def update(self, result: ScrapeResult, now: float) -> None:
-        self.scrapes += 1
-        self.last_duration = result.duration_s
-        self.last_size = result.size_bytes
-        if not result.ok:
-            self.errors[result.reason or "other"] += 1
-            detail = redact_text(result.detail, self.config.url)
-            if self.up:
-                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason,
-                            detail)
-            elif self.scrapes == 1:
-                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.safe_url, result.reason,
-                         detail)
-            self.up = False
-            self.series = {}
-            self.kv_usage = {}
-            self._rendered = None
-            return
-        if not self.up:
-            log.info("%s: scraping %s (%d bytes)", self.name, self.config.safe_url, result.size_bytes)
-        result.series = self._bound(result.series)
-        if result.reason:
-            self.errors[result.reason] += 1
-        self.up = True
-        self.last_success = time.time()
-        self.series = result.series
-        self._rendered = None
-        self.kv_usage = derive.kv_usage(result.series)
-        self.cache_config = derive.cache_config(result.series)
-        self.v0_rates = derive.v0_hit_rate(result.series)
-        counters = derive.prefix_counters(result.series)
-        for key, (hits, queries) in counters.items():
-            w = self.windows.get(key)
-            if w is None:
-                w = self.windows[key] = derive.CounterWindow(self.window_s)
-            w.add(now, hits, queries)
-        for key in [k for k, w in self.windows.items() if k not in counters and w.points[-1].t < now - self.window_s]:
-            del self.windows[key]  # an engine gone for longer than the window: forget it (churning DP engines)
-
-    def _bound(self, series: dict) -> dict:
-        """What one scrape may bring in, deterministically: a sample repeated with the same labels is kept once
-        (summing repeats once turned a KV usage of 0.6 into 1.0), at most MAX_ENGINES (model_name, engine)
-        pairs, and of the re-exported families one sample per label set we pass on (samples differing only
-        in a label we strip would be duplicates on /metrics), MAX_REEXPORTED in all. The rest is counted in
-        vllm_headroom_series_dropped_total."""
-        from exporter.vllm.names import PASS_LABELS
-
-        dropped = 0
-        out: dict = {}
-        for name, group in series.items():
-            seen: set = set()
-            kept = []
-            for s in group:
-                key = tuple(sorted(s[1]))
-                if key in seen:
-                    continue
-                seen.add(key)
-                kept.append(s)
-            dropped += len(group) - len(kept)
-            out[name] = kept
-        pairs = sorted({(s.label("model_name"), s.label("engine")) for group in out.values() for s in group})
-        if len(pairs) > MAX_ENGINES:
-            keep = set(pairs[:MAX_ENGINES])
-            for name, group in list(out.items()):
-                kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
-                dropped += len(group) - len(kept)
-                out[name] = kept
-            self._warn_cap(f"{len(pairs)} model/engine pairs, more than the {MAX_ENGINES} kept")
-        budget, over = MAX_REEXPORTED, False
-        for name in _reexported_keys():
-            group = out.get(name)
-            if not group:
-                continue
-            seen = set()
-            kept = []
-            for s in group:
-                key = tuple(sorted((k, v) for k, v in s[1] if k in PASS_LABELS))
-                if key in seen:
-                    continue
-                if budget <= 0:
-                    over = True
-                    continue
-                seen.add(key)
-                kept.append(s)
-                budget -= 1
-            dropped += len(group) - len(kept)
-            out[name] = kept
-        if over:
-            self._warn_cap(f"more than {MAX_REEXPORTED} re-exported samples")
-        self.dropped_series += dropped
-        return {name: group for name, group in out.items() if group}
-
-    def _warn_cap(self, what: str) -> None:
-        if not self._warned_cap:
-            log.warning("%s: %s; the rest are dropped and counted in vllm_headroom_series_dropped_total",
-                        self.name, what)
-            self._warned_cap = True
-
-    def reexported(self) -> dict:
-        if self._rendered is None:
-            from exporter.metrics import render_reexport
-
-            self._rendered = render_reexport(self.name, self.series)
-        return self._rendered
-
-    def hit_ratios(self) -> dict[str, float]:
-        """Per model: hits / queries over the window, summed over engines; absent without queries."""
-        sums: dict[str, list[float]] = {}
-        for (model, _engine), w in self.windows.items():
-            h, q = w.increases()
-            acc = sums.setdefault(model, [0.0, 0.0])
-            acc[0] += h
-            acc[1] += q
-        out = {m: h / q for m, (h, q) in sums.items() if q > 0}
-        for model, rate in self.v0_rates.items():
-            out.setdefault(model, rate)
-        return out
-
-    def log_facts(self) -> dict[str, Any]:
-        if self.tailer is None:
-            return {}
-        with self.tailer.lock:
-            return dict(self.tailer.analyzer.epoch.facts)
-
-
 class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg

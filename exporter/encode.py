@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Timestamp
 from prometheus_client.utils import floatToGoString
 
 _MUNGE = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
@@ -22,7 +23,7 @@ def _escape(value: str) -> str:
     return value
 
 
-def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | None) -> str:
+def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
     if labels:
         inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
         head = f"{name}{{{inner}}}"

@@ -100,12 +100,13 @@ def _parse_fast(text: str) -> Exposition | None:
     return out
 
 
-def _parse_careful(text: str) -> Exposition:
+def _parse_careful(text: str) -> Exposition:  # noqa: C901  one hot loop over lines, kept inline for speed
     """Line by line, with escapes, exemplars and bad lines (counted and skipped)."""
     out = Exposition()
     samples = out.samples
     append = samples.append
     empty: Labels = ()
+    labels: Labels | None
     cache: dict[str, Labels] = {}  # label blocks repeat across families and buckets: parse each once
     names_ok: set[str] = set()
     for line in text.split("\n"):
@@ -204,7 +205,7 @@ def _fast_labels(block: str, pairs_seen: dict[str, tuple[str, str]] | None = Non
 
 def _labels(line: str, pos: int) -> tuple[Labels, int]:
     """Parse `a="x",b="y"}`; return the sorted pairs and the index after the closing brace."""
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     n = len(line)
     while True:
         while pos < n and line[pos] in " \t":

@@ -10,19 +10,18 @@ import time
 from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample as PCSample
 
 from exporter import __version__, derive
-from exporter.encode import Rendered, sample_line
+from exporter.encode import Rendered
 from exporter.environment import CHECKS, evaluate, safe_version
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
-from exporter.vllm import names
+from exporter.reexport import PREFIX, reexport_families
 from exporter.vllm.scrape import ERROR_REASONS
 
 if TYPE_CHECKING:
-    from exporter.daemon import Daemon, ServerState
+    from exporter.state import DaemonView, ServerState
 
-P = "vllm_headroom_"
+P = PREFIX
 # part label -> the log fact it comes from (GiB as vLLM prints it)
 MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
                 "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
@@ -52,35 +51,8 @@ def _c(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=labels)
 
 
-def reexport_families() -> dict[str, tuple[str, str]]:
-    """wire family -> (our family name without prefix and `_total`, type)."""
-    out = {}
-    for wire, (ours, typ) in names.REEXPORT.items():
-        out[wire] = (ours[: -len("_total")] if typ == "counter" else ours, typ)
-    for wire, ours in names.REEXPORT_HISTOGRAMS.items():
-        out[wire] = (ours, "histogram")
-    return out
-
-
-def render_reexport(server: str, series: dict) -> dict[str, tuple[list, str]]:
-    """One server's re-exported samples and their text lines, per wire family."""
-    out = {}
-    for wire, (base, typ) in reexport_families().items():
-        name = P + base
-        parts = names.HISTOGRAM_PARTS if typ == "histogram" else ("_total" if typ == "counter" else "",)
-        samples = []
-        for part in parts:
-            source = series.get(wire + part if typ == "histogram" else wire, ())
-            for s in source:
-                labels = {"server": server, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
-                samples.append(PCSample(name + part, labels, s.value, None, None))
-        lines = [sample_line(x.name, x.labels, x.value, None) for x in samples]
-        out[wire] = (samples, "".join(lines))
-    return out
-
-
 class HeadroomCollector:
-    def __init__(self, daemon: "Daemon") -> None:
+    def __init__(self, daemon: "DaemonView") -> None:
         self.d = daemon
 
     def describe(self) -> list:
@@ -127,7 +99,7 @@ class HeadroomCollector:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:
+    def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:  # noqa: C901  goes with collectors per domain
         ready = _g("engine_ready", "1 once the log or the server says the engine serves; 0 while loading or after "
                    "a crash.", ["server"])
         stage = _g("engine_stage", "1 for the stage the engine is in now (from its log; ready/unknown from the "
@@ -191,7 +163,7 @@ class HeadroomCollector:
                 value = next((facts[k] for k in keys if isinstance(facts.get(k), (int, float))), None)
                 if value is not None:
                     memory.add_metric([st.name, part], value * 1024**3)
-            for fam, value in zip(health.values(), snap[:7]):
+            for fam, value in zip(health.values(), snap[:7], strict=True):
                 fam.add_metric([st.name], value)
             present.add_metric([st.name], 1 if snap[7] else 0)
             if snap[8] is not None:
@@ -233,9 +205,10 @@ class HeadroomCollector:
             mm = derive.capacity_mismatch(metric_tokens, log_tokens)
             if mm is not None:
                 mismatch.add_metric([st.name], 1 if mm else 0)
-            c = st.cache_config.get("kv_cache_max_concurrency")
+            raw = st.cache_config.get("kv_cache_max_concurrency")
+            c: float | None
             try:
-                c = float(c) if c not in (None, "", "None") else facts.get("max_concurrency")
+                c = float(raw) if raw not in (None, "", "None") else facts.get("max_concurrency")
             except ValueError:
                 c = facts.get("max_concurrency")
             if c is not None:
@@ -289,7 +262,7 @@ class HeadroomCollector:
                 up.add_metric(lv, 1 if st.up else 0)
                 errs.add_metric(lv, st.errors)
                 lost.add_metric(lv, st.lost)
-                if not st.up or st.total is None:
+                if not st.up or st.total is None or st.used is None:
                     continue
                 used.add_metric(lv, st.used)
                 total.add_metric(lv, st.total)

@@ -218,7 +218,8 @@ def plots(server: dict[str, Any], t: Thresholds) -> dict[str, str]:
     trend = server["hit_ratio_trend"]
     if trend:
         fig, ax = plt.subplots(figsize=(6.5, 2.0))
-        ax.plot([dt.datetime.fromtimestamp(tm, dt.timezone.utc) for tm, _ in trend], [h for _, h in trend])
+        times = [dt.datetime.fromtimestamp(tm, dt.timezone.utc) for tm, _ in trend]
+        ax.plot(times, [h for _, h in trend])  # type: ignore[arg-type]  # matplotlib converts datetimes itself
         ax.set_ylim(0, 1)
         ax.set_ylabel("prefix hit ratio (1 d)")
         fig.autofmt_xdate()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import AsyncIterator, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -12,13 +12,18 @@ from prometheus_client.exposition import choose_encoder
 from exporter import __version__
 from exporter.encode import text_format
 from exporter.httpguard import ConnectionGuard
+from exporter.state import DaemonView
 from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
-if TYPE_CHECKING:
-    from exporter.daemon import Daemon
+
+class ServedDaemon(DaemonView, Protocol):
+    """The daemon as the app needs it: its state, and the cleanup context that runs its loops."""
+
+    def lifecycle(self, app: web.Application) -> AsyncIterator[None]: ...
+
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DAEMON_KEY: web.AppKey["Daemon"] = web.AppKey("daemon")
+DAEMON_KEY: web.AppKey[DaemonView] = web.AppKey("daemon")
 REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry")
 
 
@@ -57,7 +62,7 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="first collection not finished\n")
 
 
-def build_app(daemon: "Daemon", registry: CollectorRegistry, background: bool = True,
+def build_app(daemon: ServedDaemon, registry: CollectorRegistry, background: bool = True,
               web_config: "WebConfig | None" = None, guard: "ConnectionGuard | None" = None) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
     middlewares = [guard.middleware()] if guard is not None else []  # first: a request waiting on auth is busy

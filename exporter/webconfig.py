@@ -150,11 +150,8 @@ def load_web_config(path: str) -> WebConfig:
     return cfg
 
 
-def _tls(path: str, tls: Any, problems: list[str]) -> ssl.SSLContext | None:
-    where = f"{path}: tls_server_config"
-    if not isinstance(tls, dict):
-        problems.append(f"{where}: expected a mapping")
-        return None
+def _tls_keys(where: str, tls: dict, problems: list[str]) -> None:
+    """The keys themselves: known, supported, present where TLS needs them."""
     for key in tls:
         if key not in KNOWN_TLS:
             problems.append(f"{where}.{key}: unknown key")
@@ -171,6 +168,11 @@ def _tls(path: str, tls: Any, problems: list[str]) -> ssl.SSLContext | None:
     auth = tls.get("client_auth_type", "NoClientCert")
     if auth not in CLIENT_AUTH:
         problems.append(f"{where}.client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {auth!r}")
+
+
+def _tls_versions(where: str, tls: dict,
+                  problems: list[str]) -> tuple[ssl.TLSVersion | None, ssl.TLSVersion | None]:
+    """min_version and max_version, None where not one of TLS_VERSIONS (a problem is recorded)."""
     versions = {}
     for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         value = tls.get(key, default)
@@ -181,18 +183,29 @@ def _tls(path: str, tls: Any, problems: list[str]) -> ssl.SSLContext | None:
     if low is not None and high is not None and low > high:
         problems.append(f"{where}.min_version: {tls.get('min_version', 'TLS12')} is above max_version "
                         f"{tls.get('max_version', 'TLS13')}: no TLS version would be left")
-    if problems:
+    return low, high
+
+
+def _tls(path: str, tls: Any, problems: list[str]) -> ssl.SSLContext | None:
+    where = f"{path}: tls_server_config"
+    if not isinstance(tls, dict):
+        problems.append(f"{where}: expected a mapping")
         return None
+    _tls_keys(where, tls, problems)
+    low, high = _tls_versions(where, tls, problems)
+    if problems or low is None or high is None:
+        return None
+    auth = tls.get("client_auth_type", "NoClientCert")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = versions["min_version"]
-    ctx.maximum_version = versions["max_version"]
+    ctx.minimum_version = low
+    ctx.maximum_version = high
     try:
         ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
     except (OSError, ssl.SSLError) as exc:
         problems.append(f"{where}: cannot load cert_file/key_file: {getattr(exc, 'strerror', None) or exc}")
         return None
     ctx.verify_mode = CLIENT_AUTH[auth]
-    if prefer:
+    if tls.get("prefer_server_cipher_suites", False):
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     if auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
         if not tls.get("client_ca_file"):

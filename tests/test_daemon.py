@@ -187,7 +187,8 @@ def test_broken_targets_are_reported_and_the_rest_keeps_flowing(tmp_path):
             for fault, reason in (("http_500", "http_status"), ("slow", "timeout"), ("hang_mid_body", "timeout"),
                                   ("huge", "too_large"), ("html", "unparsable"), ("garbage", "unparsable")):
                 rig.standins[1].fault = fault
-                text = await rig.wait_for(lambda t: values(t, "vllm_headroom_target_up", server="legacy") == [0]
+                text = await rig.wait_for(lambda t, reason=reason: values(t, "vllm_headroom_target_up",
+                                                                          server="legacy") == [0]
                                           and values(t, "vllm_headroom_scrape_errors_total", server="legacy",
                                                      reason=reason)[0] > 0)
                 assert values(text, "vllm_headroom_target_up", server="prefill-0") == [1], fault
@@ -256,10 +257,12 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
             # the daemon's whole registry, collected twice in a row: same bytes from both writers
             a = text_format(rig.daemon.registry).decode()
             b = generate_latest(rig.daemon.registry).decode()
-            strip = lambda t: [l for l in t.splitlines() if "collect_duration" not in l and not l.startswith(
-                ("process_", "vllm_headroom_gpu_memory_peak", "vllm_headroom_gpu_memory_headroom",
-                 "vllm_headroom_gpu_memory_used", "vllm_headroom_scrape_duration", "vllm_headroom_last_scrape",
-                 "python_gc"))]
+            def strip(text: str) -> list[str]:
+                return [line for line in text.splitlines() if "collect_duration" not in line and not line.startswith(
+                    ("process_", "vllm_headroom_gpu_memory_peak", "vllm_headroom_gpu_memory_headroom",
+                     "vllm_headroom_gpu_memory_used", "vllm_headroom_scrape_duration", "vllm_headroom_last_scrape",
+                     "python_gc"))]
+
             assert strip(a) == strip(b)
 
     asyncio.run(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from exporter import derive
 from exporter.config import ServerConfig
-from exporter.daemon import ServerState
 from exporter.exposition import Sample, parse
+from exporter.state import ServerState
 from exporter.vllm import names
 from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
@@ -77,7 +77,7 @@ def test_kv_usage_clamped_and_failed_scrape_clears_it():
 
 
 def test_cardinality_is_capped_and_counted():
-    from exporter.daemon import MAX_ENGINES
+    from exporter.state import MAX_ENGINES
 
     s = state()
     engines = {str(e): (10, 100) for e in range(MAX_ENGINES + 36)}

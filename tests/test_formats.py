@@ -29,7 +29,7 @@ def test_cri_partial_lines_are_joined_and_keep_first_number():
     fmt, lines = read_lines(io.BytesIO(data))
     lines = list(lines)
     assert fmt == "cri"
-    assert [l.text for l in lines] == ["torch.OutOfMemoryError: CUDA out of memory.", "next"]
+    assert [line.text for line in lines] == ["torch.OutOfMemoryError: CUDA out of memory.", "next"]
     assert lines[0].number == 1 and lines[1].number == 4
     assert lines[0].time == "2026-08-16T12:00:01.1Z"
 

@@ -8,7 +8,8 @@ import types
 import pytest
 
 from exporter.gpu.amd import AmdSmiBackend, SysfsAmdBackend
-from exporter.gpu.base import GpuUnavailable, open_backend
+from exporter.gpu.base import GpuUnavailable
+from exporter.gpu.choose import open_backend
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
 from tests import nvml_standin
@@ -78,7 +79,7 @@ def test_no_driver_is_unavailable_not_a_crash():
 def test_auto_prefers_nvml_and_otherwise_says_it_found_none(nvml, monkeypatch, caplog):
     import logging
 
-    from exporter.gpu import base
+    from exporter.gpu import choose
 
     assert open_backend("auto").name == "nvml"
     tried = []
@@ -87,7 +88,7 @@ def test_auto_prefers_nvml_and_otherwise_says_it_found_none(nvml, monkeypatch, c
         tried.append(name)
         raise GpuUnavailable(f"no {name} here")
 
-    monkeypatch.setattr(base, "_open", unavailable)
+    monkeypatch.setattr(choose, "_open", unavailable)
     with caplog.at_level(logging.INFO, logger="vllm_headroom"):
         assert open_backend("auto") is None
     assert tried == ["nvml", "amdsmi", "sysfs"] and "no GPU library found" in caplog.text

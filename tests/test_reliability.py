@@ -93,7 +93,7 @@ def write_config(path, port: int, state, log) -> None:
 
 
 @pytest.mark.timeout(900)  # the hang guards fire long before; a loaded machine may need minutes
-def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path):
+def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path):  # noqa: C901  one scenario
     log, state = tmp_path / "vllm.log", tmp_path / "state"
     log.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n")
     written = {"oom": 0, "rotations": 0}
@@ -155,7 +155,7 @@ def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path
             saves = rng.choice((0, 0, 1, 1, 2, 3))  # killed at startup, or after its n-th save: reading or idle
             for _ in range(saves):
                 before = save_stamp(state)
-                until(lambda: save_stamp(state) != before, "a state save")
+                until(lambda before=before: save_stamp(state) != before, "a state save")
             os.kill(pid, signal.SIGKILL)
             status = reap(pid)
             killed_by_sigkill += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL

@@ -14,7 +14,7 @@ import calendar
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from exporter.logs import patterns as P
 from exporter.logs.formats import LogLine
@@ -141,7 +141,7 @@ class LogAnalyzer:
             self.line_errors += 1
             return []
 
-    def _feed_text(self, line: LogLine) -> list[Event]:
+    def _feed_text(self, line: LogLine) -> list[Event]:  # noqa: C901  the stage machine's one ordered dispatch
         rec = parse_record(line.text)
         msg = rec.message
         if not msg or msg.isspace():
@@ -570,7 +570,7 @@ class LogAnalyzer:
         self._note_stage(stage, line, when)
         return []
 
-    def _facts(self, msg: str) -> None:
+    def _facts(self, msg: str) -> None:  # noqa: C901  one flat list of fact patterns, tried in order
         ep = self.epoch
         facts, startup = ep.facts, ep.startup
         m = P.VERSION.search(msg)
@@ -660,7 +660,8 @@ def _int(text: str) -> int:
 
 
 # (pattern, ((group, "facts"|"startup", key, convert, keep the first value), ...)): one line, one or more facts.
-_SIMPLE_FACTS = [
+# (pattern, ((group, "facts" or "startup", key, convert, keep the first value), ...))
+_SIMPLE_FACTS: list[tuple[re.Pattern[str], tuple[tuple[int, str, str, Callable[[str], Any], bool], ...]]] = [
     (P.START_LOAD, ((1, "facts", "model", str, True),)),
     (P.MODEL_LOADING, ((1, "facts", "model_loading_gib", P.number, False),
                        (2, "startup", "weight_loading_s", P.number, False))),

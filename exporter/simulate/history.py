@@ -81,6 +81,7 @@ def write_history(path: str, end: float, days: int = 7, step: int = 900, instanc
                 m.serve_requests(e, 20, prompt_tokens=20_000, cached_tokens=12_000, output_tokens=300)
             st = daemon.servers[name]
             st.update(ScrapeResult(True, series=normalize(parse(m.render().decode()).samples), size_bytes=1), t)
+            assert st.tailer is not None  # every simulated server here has a log
             st.tailer.poll()
         for g in range(8):  # vLLM holds its budget from readiness on, whatever the KV usage
             gpus.set_used(g, int(gpus.total * memory.used("ready")))

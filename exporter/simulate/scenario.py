@@ -57,7 +57,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         with open(name_or_path, encoding="utf-8") as fh:
             text, name = fh.read(), os.path.basename(name_or_path).rsplit(".", 1)[0]
     else:
-        ref = resources.files("exporter.simulate").joinpath("scenarios", f"{name_or_path}.yaml")
+        ref = resources.files("exporter.simulate").joinpath("scenarios").joinpath(f"{name_or_path}.yaml")
         if not ref.is_file():
             raise ScenarioError(f"no scenario {name_or_path!r}; built in: {', '.join(builtin_scenarios())}")
         text, name = ref.read_text(encoding="utf-8"), name_or_path

@@ -9,7 +9,6 @@ from aiohttp import web
 from exporter.simulate.vllm_metrics import VllmMetrics
 
 
-
 class VllmStandIn:
     """Serves `metrics.render()` at /metrics like vLLM's API server; `fault` makes it misbehave: one of ok,
     http_500, html, garbage, slow, hang_mid_body, huge."""
@@ -63,7 +62,7 @@ async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]
+    return runner, runner.addresses[0][1]
 
 
 class Listener:
@@ -82,7 +81,7 @@ class Listener:
             self.site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
             await self.site.start()
             if not self.port:
-                self.port = self.site._server.sockets[0].getsockname()[1]
+                self.port = self.runner.addresses[0][1]
 
     async def close(self) -> None:
         if self.site is not None:

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -22,7 +30,8 @@ LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
 
 
 def _token_buckets(max_len: int) -> tuple[float, ...]:
-    out, mantissa, exp = [], (1, 2, 5), 0
+    out: list[float] = []
+    mantissa, exp = (1, 2, 5), 0
     while True:
         for m in mantissa:
             v = m * 10**exp
@@ -118,9 +127,9 @@ class VllmMetrics:
             cache.labels(**info, engine=label).set(1)
             for metric in (self.running, self.waiting, self.kv):
                 metric.labels(self.model_name, label).set(0)
-            for metric in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
-                           self.prefix_hits):
-                metric.labels(self.model_name, label)
+            for counter in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
+                            self.prefix_hits):
+                counter.labels(self.model_name, label)
             for reason in ("stop", "length", "abort", "error"):
                 self.success.labels(self.model_name, label, reason)
 
