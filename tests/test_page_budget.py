@@ -22,7 +22,6 @@ import time
 import urllib.request
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest

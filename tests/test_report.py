@@ -21,6 +21,7 @@ from exporter.simulate.history import write_history
 from tests.backfill import backfill_rules, blocks_from_openmetrics, passes_by_dependency
 from tests.conftest import start_prometheus
 
+
 @pytest.fixture(scope="module")
 def week(tmp_path_factory):
     """Simulator -> the daemon's collector at past times -> OpenMetrics -> blocks; then the recording rules and

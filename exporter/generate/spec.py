@@ -66,7 +66,7 @@ def num(v: float) -> str:
     return f"{v:g}"
 
 
-def minutes(duration: str) -> int:
+def minutes(duration: str) -> float:
     n, unit = int(duration[:-1]), duration[-1]
     return n * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440, "w": 10080}[unit]
 

@@ -72,6 +72,7 @@ def fleet() -> list[ReplayServer]:
     ]
 
 
+OOM_KEYS = [(stage, "loading") for stage in LOADING_STAGES] + [(stage, "runtime") for stage in RUNTIME_STAGES]
 # the engine stages each incident passes through, and the memory failures it logs
 STAGES_OF = {
     "none": ("ready",), "capacity_shrinks": ("ready",), "target_down": ("ready",), "kv_series_renamed": ("ready",),
@@ -223,13 +224,7 @@ class Week:
             # a short burst at the daily peak (15:00-15:02): a few dozen preemptions that clear
             burst = st.up and (m % DAY_MIN) // 60 == 15 and (m % 60) < 2
             preempt.append(count((s.name, "p", str(e)), 40 if burst else 0))
-        oom = {}
-        for stage in LOADING_STAGES:
-            oom[(stage, "loading")] = count((s.name, "oom", stage, "loading"),
-                                            1 if st.oom == (stage, "loading") else 0)
-        for stage in RUNTIME_STAGES:
-            oom[(stage, "runtime")] = count((s.name, "oom", stage, "runtime"),
-                                            1 if st.oom == (stage, "runtime") else 0)
+        oom = {key: count((s.name, "oom", *key), 1 if st.oom == key else 0) for key in OOM_KEYS}
         # vLLM writes while it serves or starts (stats every 10 s, access lines); an idle one writes nothing
         if (st.up and any(load(m, e) > 0 for e in range(s.engines))) or st.stage != "ready" or st.oom:
             self.last_log[s.name] = self.start + m * MINUTE
