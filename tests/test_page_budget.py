@@ -32,6 +32,9 @@ from tests.backfill import backfill_rules, blocks_from_openmetrics, passes_by_de
 from tests.conftest import ROOT, free_port, need, start_prometheus, wait_ready
 
 STEP_S = 60  # the rule groups' evaluation interval
+# the week fixture (generate, backfill, evaluate: 2-5 minutes on a busy 2-core machine) counts against the first
+# test that uses it; each test waits on its results, never on the clock
+pytestmark = pytest.mark.timeout(1200)
 
 
 def _minutes(d: str) -> int:
