@@ -290,3 +290,107 @@ def test_a_log_that_starts_with_copytruncates_hole_is_still_a_log(tmp_path):
     log.write_bytes(b"\x00" * 4096 + "\n".join(traceback(LOAD)).encode())
     done = _cli("--json", str(log))
     assert done.returncode == 1 and b'"stage": "weight_loading"' in done.stdout
+
+
+# -- categories fixed on the full real corpus (the first held-out set, now tuned on) ---------------------------------
+
+def test_the_sleep_mode_allocators_own_error_is_a_memory_failure_of_a_running_engine():
+    """vLLM's csrc/cumem_allocator.cpp formats CUresult errors as `CUDA Error: %s at %s:%d` (cuGetErrorString:
+    "out of memory"); it is raised from CuMemAllocator.wake_up, which only runs for an engine that slept."""
+    wake = [("vllm/entrypoints/llm.py", "wake_up"), ("vllm/device_allocator/cumem.py", "wake_up"),
+            ("vllm/device_allocator/cumem.py", "create_and_map")]
+    prefix = "(ActorModelRayActor pid=348952) "
+    a = feed(traceback(wake, last="RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+                       prefix=prefix))
+    assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.phase) == ("runtime_unknown", "runtime")
+    # the allocator's own stderr line, relayed by Ray, is the same failure
+    relayed = ("(LLMRayActor pid=1) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x "
+               "across cluster]")
+    a = feed([relayed])
+    a.flush()
+    assert a.counts["oom"] == 1
+
+
+def test_a_last_line_cut_mid_message_still_counts_and_a_cut_line_followed_by_more_does_not():
+    head = "(Worker pid=7) ERROR 10-25 13:12:42 [multiproc_executor.py:671] "
+    lines = traceback(SAMPLER_WARMUP, last="RuntimeError: CUDA out of", prefix=head)
+    a = feed(lines)
+    a.flush()  # the excerpt ends here: its last line was cut
+    assert a.first_oom is not None and a.first_oom.stage == "warmup"
+    a = feed(lines + [head + "Process exited", ""])
+    a.flush()
+    assert a.first_oom is None and a.counts["oom"] == 0
+
+
+def test_the_sampler_frame_alone_is_the_warm_up_as_the_sampler_message_is():
+    """_dummy_sampler_run raises "... when warming up sampler"; since vLLM PR #13776 the worker calls it after the
+    KV cache is allocated (compile_or_warm_up_model), outside the memory budget: the frame alone says warm-up."""
+    sampler_only = [("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"), ("vllm/v1/sample/sampler.py", "forward")]
+    assert stage_of(traceback(sampler_only)) == ("warmup", "frame")
+    # under memory profiling it is profiling
+    assert stage_of(traceback(PROFILE + sampler_only))[0] == "kv_cache_alloc"
+
+
+def test_the_engine_cores_own_words_say_whether_it_had_started():
+    """vllm/v1/engine/core.py run_engine_core logs "EngineCore failed to start." when the engine was never built,
+    "EngineCore encountered a fatal error." once it was."""
+    oom = "(Worker_TP0 pid=60) ERROR 05-03 00:18:16 [multiproc_executor.py:870] " + OOM
+    a = feed([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore failed to start."])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
+    a = feed([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore encountered a fatal error."])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+
+
+def test_ipython_and_jupyter_tracebacks_have_frames_too():
+    """IPython prints `File <path>:<line>, in <Class>.<func>(<args>)`; Jupyter pastes the path as a link."""
+    lines = [("File [~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:49](http://host:8888/lab/tree/"
+              "vllm/worker/cache_engine.py#line=48), in CacheEngine.__init__(self, cache_config, model_config)"),
+             "---> 49 self.gpu_cache = self._allocate_kv_cache(self.num_gpu_blocks, \"cuda\")",
+             ("File ~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:64, in "
+              "CacheEngine._allocate_kv_cache(self, num_blocks, device)"),
+             "OutOfMemoryError: CUDA out of memory. Tried to allocate 642.00 MiB. GPU"]
+    assert stage_of(lines) == ("kv_cache_alloc", "frame")
+
+
+def test_a_traceback_whose_newlines_were_lost_is_read_frame_by_frame():
+    flat = "c out = self.step( ^^^^ " + " ".join(f'File "{SITE}/{path}", line 42, in {func} x = y() ^^^^'
+                                               for path, func in PROFILE)
+    assert stage_of([flat, OOM]) == ("kv_cache_alloc", "frame")
+
+
+def test_frames_that_exist_only_while_serving_a_prompt_say_prefill():
+    """A prefill chunk over cached context (MLA's _compute_prefill_context, TurboQuant's _continuation_prefill) and
+    prompt logprobs (gpu_model_runner._get_prompt_logprobs_dict) run only for real requests, never in dummy runs."""
+    for func in ("_compute_prefill_context", "_continuation_prefill", "_get_prompt_logprobs_dict"):
+        frames = [("torch/nn/modules/module.py", "_call_impl"), ("vllm/v1/attention/backends/x.py", func)]
+        assert stage_of(traceback(frames)) == ("prefill", "frame"), func
+    # the same frames under memory profiling are profiling
+    assert stage_of(traceback(PROFILE + [("vllm/v1/attention/backends/mla/common.py", "_forward_prefill")]))[0] == \
+        "kv_cache_alloc"
+
+
+def test_decode_is_read_from_the_scheduler_dump_of_a_decode_only_step():
+    """vllm/v1/... dump_input.py logs the failing step's SchedulerOutput (prepare_object_to_dump: `Name(k=v,...)`,
+    dicts as `{k: v}`): no new request and one token per cached request is a decode step."""
+    ready = ["INFO:     Application startup complete."]
+    head = "(EngineCore_DP0 pid=9) ERROR 08-16 12:00:06 [dump_input.py:79] "
+    decode = (head + "SchedulerOutput(scheduled_new_reqs=[],scheduled_cached_reqs=CachedRequestData(req_ids=['a', 'b'],"
+              "resumed_from_preemption=[false, false],new_token_ids=[],num_computed_tokens=[812, 90]),"
+              "num_scheduled_tokens={a: 1, b: 1},total_num_scheduled_tokens=2,scheduled_spec_decode_tokens={})")
+    spec = decode.replace("{a: 1, b: 1}", "{a: 4, b: 4}").replace("scheduled_spec_decode_tokens={}",
+                                                                 "scheduled_spec_decode_tokens={a: [5, 6, 7], b: [1, 2, 3]}")
+    chunk = decode.replace("{a: 1, b: 1}", "{a: 2048, b: 1}")
+    cut = decode.split("num_scheduled_tokens=")[0] + "num_scheduled_tokens={a: 1, b: "
+    fail = traceback(SERVING, prefix=head.replace("dump_input.py:79", "core.py:1"))
+    assert stage_of(ready + [decode] + fail) == ("decode", "scheduler_dump")
+    assert stage_of(ready + [spec] + fail) == ("decode", "scheduler_dump")
+    assert stage_of(ready + [chunk] + fail) == ("prefill", "scheduler_dump")
+    assert stage_of(ready + [cut] + fail) == ("runtime_unknown", "readiness")  # cut before it says: not guessed
+    # V0 dumped the model input: its attention metadata counts prefills and decode tokens
+    v0 = ("ERROR 03-01 10:00:00 dump_input.py:71] ModelInputForGPUWithSamplingMetadata(input_tokens=Tensor(shape="
+          "torch.Size([8]), device=cuda:0,dtype=torch.int64),attn_metadata=FlashAttentionMetadata(num_prefills=0,"
+          "num_prefill_tokens=0,num_decode_tokens=8,slot_mapping=Tensor(shape=torch.Size([8])),is_prompt=False)")
+    assert stage_of(ready + [v0] + fail) == ("decode", "scheduler_dump")
+    assert stage_of(ready + [v0.replace("num_prefills=0", "num_prefills=2")] + fail) == ("prefill", "scheduler_dump")

@@ -60,7 +60,9 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
     (re.compile(r"^RuntimeError: (?:CUDA|HIP) out of memory occurred when warming up sampler"),
      "sampler", "sampler_warmup_oom"),
     (re.compile(r"^(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
-    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? error: out of memory"),
+    # `CUDA Error: out of memory at <file>:<line>`: vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, CUDA_CHECK
+    # formats cuGetErrorString as "CUDA Error: %s at %s:%d") raises it from CuMemAllocator.wake_up.
+    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? [Ee]rror: out of memory"),
      None, "device_oom"),
     (re.compile(r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                 r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"), None, "device_oom"),
@@ -78,7 +80,7 @@ OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAlloca
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
-    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:error: )?out of memory"
+    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:[Ee]rror: )?out of memory"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory)"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)"
@@ -87,6 +89,9 @@ OOM_SIGNATURE = re.compile(
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
+# An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the
+# last line of a log can be cut so: it counts when nothing follows it (see LogAnalyzer.flush).
+CUT_OOM = re.compile(r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): (?:CUDA|HIP|XPU) out(?: of(?: m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?\s*$")
 # Words a relayed failure uses for the step it interrupted, when no frame says it.
 MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"warming up (?:the )?sampler|warm(?:ing)? ?up (?:the )?model", re.I), "warmup"),
@@ -104,6 +109,11 @@ USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(
 # the line says so. Those are recovered memory events, never the failure.
 ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
 RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|will retry|[Ii]gnor(?:e|ing)")
+
+# vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
+# utils' "Engine core initialization failed"), "EngineCore encountered a fatal error." once it was built and ran.
+ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed")
+ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -136,6 +146,11 @@ ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
 # -- traceback frames -> stage ------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
+# The same frame inside a line whose newlines a paste lost (several frames run together).
+INLINE_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
+# IPython's frame: `File <path>:<line>, in <Class>.<func>(<args>)`; Jupyter pastes the path as a markdown link.
+IPYTHON_FRAME = re.compile(r"^\s*File \[?(?P<path>[^\s\[\](),]{1,400}?):\d+(?:\]\([^)\s]{0,400}\))?, in "
+                           r"(?:[\w.]*\.)?(?P<func>[\w<>]+)\(")
 FRAME_FUNCS: dict[str, str] = {}
 for _stage, _funcs in {
     # building the model and loading its weights, post-processing included (quantization repacks)
@@ -161,7 +176,10 @@ for _stage, _funcs in {
     "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
                 "step_with_batch_queue", "run_busy_loop", "run_engine_loop", "engine_step", "step_async",
                 "create_chat_completion", "create_completion", "chat_completion_stream_generator",
-                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue"),
+                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue",
+                # sleep mode (vllm/device_allocator/cumem.py, worker and LLM `wake_up`): only an engine that was
+                # built and put to sleep wakes up
+                "wake_up"),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage
@@ -172,6 +190,13 @@ STEP_FUNCS = {
     "_forward_decode": "decode", "forward_decode": "decode", "paged_attention_v1": "decode",
     "paged_attention_v2": "decode", "decode_attention_fwd": "decode", "_decode": "decode",
 }
+# Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
+# over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
+# `has_context`; TurboQuant's _continuation_prefill in vllm/v1/attention/backends/turboquant_attn.py), V0's
+# prefix-prefill path (forward_prefix, only with block tables) and prompt logprobs (gpu_model_runner's
+# _get_prompt_logprobs_dict, only for requests that asked for them). They say both: serving, and a prefill step.
+SERVING_PREFILL_FUNCS = frozenset({"_compute_prefill_context", "_context_parallel_compute_prefill_context",
+                                   "_continuation_prefill", "forward_prefix", "_get_prompt_logprobs_dict"})
 # Paths whose frames only exist while torch.compile is compiling (not when compiled code runs), or while a
 # CUDA graph is captured.
 COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
@@ -190,7 +215,14 @@ SERVING_PATHS = ("vllm/entrypoints/openai/serving_", "vllm/entrypoints/openai/ch
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")
 NEW_REQUEST = "NewRequestData("
-SCHEDULED_TOKENS = re.compile(r"num_scheduled_tokens=\{(?P<body>[^}]{0,20000})\}")
+# The body may be cut by the paste (no closing brace): then only a count above the limit decides.
+SCHEDULED_TOKENS = re.compile(r"num_scheduled_tokens=\{(?P<body>[^}]{0,20000})(?P<end>\})?")
+# V0 dumped the failing step's model input instead (dump_input.py dump_engine_exception_v0: "Dumping model input for
+# execution:", then `ModelInputForGPUWithSamplingMetadata(...)`); its attention metadata counts the step's prefills
+# and decode tokens (vllm/attention/backends/abstract.py AttentionMetadata: num_prefills, num_decode_tokens).
+MODEL_INPUT_DUMP = re.compile(r"^ModelInputFor\w{0,60}\(")
+V0_NUM_PREFILLS = re.compile(r"\bnum_prefills=(\d+)")
+V0_NUM_DECODE_TOKENS = re.compile(r"\bnum_decode_tokens=(\d+)")
 # A cached request scheduled for more tokens than this in one step is a chunked prefill, not a decode
 # step (speculative decoding schedules a handful of tokens per decode step).
 DECODE_MAX_TOKENS = 16
@@ -269,4 +301,5 @@ def number(text: str) -> float:
 
 
 # One search that says whether a line can matter at all; most lines of a busy log say no.
-ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")
+ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT))
+                      + "|SchedulerOutput\\(|^ModelInputFor")

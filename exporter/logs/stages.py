@@ -110,7 +110,8 @@ class LogAnalyzer:
         self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
         self._partial_frame: str | None = None  # a frame line wrapped before its function name
         self._kv_negative: Event | None = None
-        self.pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
+        self._pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
+        self._cut: Event | None = None  # a last line cut inside an OOM phrase: counted only if nothing follows it
         self._last_frame_key: str | None = None
         self._pending_since = 0
         self._last_step: dict[int | None, str] = {}
@@ -121,14 +122,25 @@ class LogAnalyzer:
     def epoch(self) -> Epoch:
         return self.epochs[-1]
 
+    @property
+    def pending(self) -> Event | None:
+        """A failure not counted yet: one whose stage waits for what follows, or a line cut at the log's end."""
+        return self._pending or self._cut
+
+    @pending.setter
+    def pending(self, ev: Event | None) -> None:
+        self._pending = ev
+
     # -- the per-line entry point -----------------------------------------------------------------
 
     def feed(self, line: LogLine) -> list[Event]:
         """Never raises: a line the analyzer cannot read is counted in `line_errors` and skipped."""
         self.lines += 1
-        if self.pending is not None and self.lines - self._pending_since > RELAY_LINES:
-            self.flush()
         text = line.text
+        if self._cut is not None and text.strip():
+            self._cut = None  # a line follows: the one that looked cut was whole, whatever it said
+        if self._pending is not None and self.lines - self._pending_since > RELAY_LINES:
+            self.flush()
         try:
             if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
                 out: list[Event] = []
@@ -157,10 +169,17 @@ class LogAnalyzer:
             if not rec.wrapped and not rec.vllm_shaped:  # the rest of a frame line a terminal wrapped
                 self._frame_line(key, partial + msg)
                 return []
+        if first == "F" and msg.startswith("File ") and (ipy := P.IPYTHON_FRAME.match(msg)) is not None:
+            self._frame(key, ipy.group("path"), ipy.group("func"))
+            return []
         if P.TRACEBACK_START in msg:  # also `EngineCore hit an exception: Traceback (most recent call last):`
             self._frames_for(key).clear()
+            if 'File "' in msg:
+                self._inline_frames(key, msg)
             if not P.OOM_HINT.search(msg):
                 return []
+        elif 'File "' in msg:
+            self._inline_frames(key, msg)
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
         # and the periodic stats line.
         if msg.startswith("Received request"):
@@ -176,6 +195,8 @@ class LogAnalyzer:
             if m:
                 self._stats(m)
                 return []
+        if " out" in msg[-12:] and P.CUT_OOM.match(msg):
+            self._hold_cut(rec, line)
         tail, self._tail = self._tail, (msg if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
             if tail and not (rec.wrapped or rec.vllm_shaped) and P.OOM_HINT.search(joined := tail[-160:] + msg):
@@ -205,6 +226,8 @@ class LogAnalyzer:
             self._check_kv_negative(rec, line, when)
         if "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
             self._scheduler_dump(rec, msg)
+        elif first == "M" and P.MODEL_INPUT_DUMP.match(msg):
+            self._model_input_dump(rec, msg)
         self._end_traceback(key, msg)
         return new
 
@@ -233,6 +256,18 @@ class LogAnalyzer:
             hint, cause = None, "device_oom"
         return self._oom(rec, line, when, hint, cause, msg)
 
+    def _hold_cut(self, rec: Record, line: LogLine) -> None:
+        """`RuntimeError: CUDA out of`: a paste cut the excerpt's last line inside the failure. Classified now, with
+        the frames above it, and counted only if the log ends here (`flush`)."""
+        stage, why, confidence = self._classify(rec, None)
+        self._cut = Event(line.number, line.time or rec.time, "oom", stage, P.phase_of(stage), _evidence(rec.message),
+                          rec.process, "device_oom", stage_evidence=why, confidence=confidence)
+
+    def _inline_frames(self, key: str | None, msg: str) -> None:
+        """Frames run together on one line (a paste that lost the traceback's newlines)."""
+        for m in P.INLINE_FRAME.finditer(msg, 0, 20000):
+            self._frame(key, m.group("path"), m.group("func"))
+
     def _end_traceback(self, key: str | None, msg: str) -> None:
         """The exception line closes its traceback; its frames stay at hand for errors that relay it, and may
         decide a failure logged above them."""
@@ -240,7 +275,7 @@ class LogAnalyzer:
             frames = self._frames.pop(key, None)
             if frames:
                 self._recent_frames = (self.lines, frames)
-                if self.pending is not None:
+                if self._pending is not None:
                     self._decide_by_frames(frames)
 
     def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> None:
@@ -269,6 +304,12 @@ class LogAnalyzer:
         self._frame(key, m.group("path"), m.group("func"))
 
     def _frame(self, key: str | None, path: str, func: str) -> None:
+        if func in P.SERVING_PREFILL_FUNCS:  # a real prompt being computed: serving, and a prefill step
+            frames = self._frames_for(key)
+            if len(frames) < MAX_FRAMES - 1:
+                frames += ["runtime", "prefill"]
+            self._last_frame_key = key
+            return
         tag = P.FRAME_FUNCS.get(func) or P.STEP_FUNCS.get(func)
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
@@ -292,7 +333,10 @@ class LogAnalyzer:
                 frames.append(tag)
 
     def _scheduler_dump(self, rec: Record, msg: str) -> None:
-        step = "decode"
+        """V1's SchedulerOutput of the failing step: a new request, or a cached one scheduled for more tokens than a
+        decode step takes, is a prefill; no new request and every cached one at a decode step's count is a decode.
+        A dump cut before its counts (or inside them, all small so far) says neither."""
+        step = "unknown"
         if P.NEW_REQUEST in msg:
             step = "prefill"
         else:
@@ -301,6 +345,23 @@ class LogAnalyzer:
                 counts = [int(v) for v in re.findall(r":\s*(\d+)", m.group("body"))]
                 if counts and max(counts) > P.DECODE_MAX_TOKENS:
                     step = "prefill"
+                elif counts and m.group("end"):
+                    step = "decode"
+        self._note_step(rec, step)
+
+    def _model_input_dump(self, rec: Record, msg: str) -> None:
+        """V0's model input of the failing step: any prefill in it makes it a prefill step; none, with decode
+        tokens, a decode step."""
+        prefills = P.V0_NUM_PREFILLS.search(msg)
+        decodes = P.V0_NUM_DECODE_TOKENS.search(msg)
+        step = "unknown"
+        if prefills is not None and int(prefills.group(1)) > 0:
+            step = "prefill"
+        elif prefills is not None and decodes is not None and int(decodes.group(1)) > 0:
+            step = "decode"
+        self._note_step(rec, step)
+
+    def _note_step(self, rec: Record, step: str) -> None:
         if rec.dp_rank not in self._last_step and len(self._last_step) > MAX_PROCESSES:
             self._last_step.clear()  # a log naming more DP ranks than any deployment has: keep memory bounded
         self._last_step[rec.dp_rank] = step
@@ -309,8 +370,9 @@ class LogAnalyzer:
     def _runtime_step(self, rec: Record, frames: list[str]) -> tuple[str, str, str]:
         """Prefill or decode: the scheduler's dump of the failing step, else frames on one path only."""
         step = self._last_step.get(rec.dp_rank) if rec.dp_rank is not None else None
-        step = step or self._last_step.get(-1)
-        if step:
+        if step is None:
+            step = self._last_step.get(-1)
+        if step in ("prefill", "decode"):
             return step, "scheduler_dump", "high"
         for tag in reversed(frames):
             if tag in ("prefill", "decode"):
@@ -373,7 +435,7 @@ class LogAnalyzer:
                 # Little above the failure says when it hit; what follows often does (a traceback logged after
                 # its message, serving going on, a restart). Counted once decided, or at the next quiet moment
                 # with what was known when it was logged.
-                self.pending, self._pending_since = ev, self.lines
+                self._pending, self._pending_since = ev, self.lines
                 return out
             self._tally(ev)
         return out
@@ -388,7 +450,7 @@ class LogAnalyzer:
             self.epoch.crashed = True  # a failed startup never serves
 
     def _decide_pending(self, stage: str, why: str, confidence: str) -> None:
-        ev, self.pending = self.pending, None
+        ev, self._pending = self._pending, None
         if ev is not None:
             ev.stage, ev.phase, ev.stage_evidence, ev.confidence = stage, P.phase_of(stage), why, confidence
             self._tally(ev)
@@ -396,7 +458,10 @@ class LogAnalyzer:
     def flush(self) -> None:
         """The log went quiet (or ended): a failure still undecided takes what the traceback under way says
         (an excerpt may stop before its last line), else the stage said when nothing decides."""
-        if self.pending is None:
+        cut, self._cut = self._cut, None
+        if cut is not None:  # nothing followed the cut line: it was the failure, cut by the paste
+            self._count_oom(cut)
+        if self._pending is None:
             return
         frames = self._frames.get(self._last_frame_key) or []
         if not self._decide_by_frames(frames):
@@ -405,7 +470,7 @@ class LogAnalyzer:
     def _keep_provisional(self, serving: str | None = None) -> None:
         """Count the pending failure as it was classified when logged; `serving` (a confidence): serving went on
         after it, which says runtime when nothing at all had said when it hit."""
-        ev = self.pending
+        ev = self._pending
         if ev is None:
             return
         if serving is not None and ev.stage_evidence == "none":
@@ -448,6 +513,16 @@ class LogAnalyzer:
             neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
             out += self._count_oom(neg)
             self._kv_negative = None
+        pending = self._pending
+        if kind == "engine_crash" and pending is not None and pending.stage_evidence == "none":
+            # The engine core says in its own words whether it had been built (P.ENGINE_NEVER_STARTED): the phase,
+            # when nothing else said it. Still pending: the traceback logged under these words may name the step.
+            if P.ENGINE_NEVER_STARTED.search(rec.message):
+                pending.stage, pending.phase = "loading_unknown", "loading"
+                pending.stage_evidence, pending.confidence = "message", "medium"
+            elif P.ENGINE_WAS_RUNNING.search(rec.message):
+                pending.stage, pending.phase = "runtime_unknown", "runtime"
+                pending.stage_evidence, pending.confidence = "message", "medium"
         ev = Event(line.number, when, kind, evidence=_evidence(rec.message), process=rec.process)
         out += self._emit(ev)
         if kind == "engine_crash":
@@ -565,7 +640,7 @@ class LogAnalyzer:
         }[what]
         if what in ("graph_capture", "graph_captured"):
             ep.kv_sized = True  # capture runs on an allocated cache
-        if self.pending is not None:  # the startup was under way around an undecided failure (progress bars)
+        if self._pending is not None:  # the startup was under way around an undecided failure (progress bars)
             self._decide_pending(ep.stage if ep.stage != "loading_unknown" else stage, "marker", "medium")
         self._note_stage(stage, line, when)
         return []
@@ -622,10 +697,15 @@ def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | N
             if tag == "compile":
                 return "graph_capture", "frame", "high"
             if tag == "sampler":
+                # _dummy_sampler_run serves memory profiling (profile_run) and, since vLLM PR #13776, the warm-up
+                # after the KV cache is allocated (gpu_worker.compile_or_warm_up_model), outside the memory budget
+                # and where it runs out: the warm-up unless profiling is shown under way.
                 if "kv_cache_alloc" in frames:
                     return "kv_cache_alloc", "frame", "high"
-                warm = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
-                return ("warmup" if warm else "kv_cache_alloc"), "frame", "medium"
+                if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
+                    return "kv_cache_alloc", "frame", "medium"
+                sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
+                return "warmup", "frame", "high" if sure else "medium"
             return tag, "frame", "high"
     if "construction" in frames and "runtime" not in frames:
         return "weight_loading", "frame", "medium"
@@ -747,9 +827,9 @@ def snapshot(a: LogAnalyzer) -> dict[str, Any]:
         "last_step": [[k, v] for k, v in a._last_step.items()],
         "frames": [[k, v] for k, v in a._frames.items()],
         "saw_runtime": a._saw_runtime,
-        "pending": None if a.pending is None else {
-            "line": a.pending.line, "time": a.pending.time, "cause": a.pending.cause, "evidence": a.pending.evidence,
-            "stage": a.pending.stage, "stage_evidence": a.pending.stage_evidence},
+        "pending": None if a._pending is None else {
+            "line": a._pending.line, "time": a._pending.time, "cause": a._pending.cause, "evidence": a._pending.evidence,
+            "stage": a._pending.stage, "stage_evidence": a._pending.stage_evidence},
     }
 
 
