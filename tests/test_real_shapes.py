@@ -394,3 +394,82 @@ def test_decode_is_read_from_the_scheduler_dump_of_a_decode_only_step():
           "num_prefill_tokens=0,num_decode_tokens=8,slot_mapping=Tensor(shape=torch.Size([8])),is_prompt=False)")
     assert stage_of(ready + [v0] + fail) == ("decode", "scheduler_dump")
     assert stage_of(ready + [v0.replace("num_prefills=0", "num_prefills=2")] + fail) == ("prefill", "scheduler_dump")
+
+
+def test_kernel_warm_up_frames_are_the_warm_up():
+    """vllm/model_executor/warmup/kernel_warmup.py ("Warmup and tune the kernels"): kernel_warmup, deep_gemm_warmup,
+    flashinfer_autotune; V0's worker._warm_up_model."""
+    for func in ("kernel_warmup", "deep_gemm_warmup", "flashinfer_autotune"):
+        frames = [("vllm/model_executor/warmup/kernel_warmup.py", func), ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run")]
+        assert stage_of(traceback(frames)) == ("warmup", "frame"), func
+    assert stage_of(traceback([("vllm/worker/worker.py", "_warm_up_model"), ("torch/nn/modules/module.py", "_call_impl")]
+                              )) == ("warmup", "frame")
+
+
+def test_the_model_being_built_layer_by_layer_or_loaded_parameter_by_parameter_is_weight_loading():
+    layer = [("vllm/model_executor/layers/vocab_parallel_embedding.py", "__init__"), ("torch/_refs/__init__.py", "empty")]
+    assert stage_of(traceback(layer)) == ("weight_loading", "frame")
+    loader = [("vllm/model_executor/layers/fused_moe/layer.py", "weight_loader"), ("torch/_tensor.py", "copy_")]
+    assert stage_of(traceback(loader)) == ("weight_loading", "frame")
+    offload = [("vllm/model_executor/models/utils.py", "maybe_offload_to_cpu")]
+    assert stage_of(traceback(offload)) == ("weight_loading", "frame")
+    said = "(EngineCore_DP0 pid=1) ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: " + OOM
+    a = feed([said])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("weight_loading", "message")
+
+
+def test_the_source_line_under_a_frame_can_say_capture():
+    """The failure hits in model code run inside `with torch.cuda.graph(...)`: no torch/cuda/graphs.py frame, but the
+    line printed under vLLM's frame is the `with` (compilation/cuda_graph.py)."""
+    lines = ["Traceback (most recent call last):",
+             f'  File "{SITE}/vllm/compilation/cuda_graph.py", line 240, in __call__',
+             "    with torch.cuda.graph(cudagraph, pool=self.graph_pool, stream=current_stream()):",
+             f'  File "{SITE}/vllm/model_executor/models/llama.py", line 400, in forward',
+             "    hidden_states = self.norm(hidden_states)", OOM]
+    assert stage_of(lines) == ("graph_capture", "frame")
+    # the same frame replaying a captured graph while serving says nothing of capture
+    replay = lines[:2] + ["    return entry.cudagraph.replay()"] + lines[3:]
+    a = feed(replay)
+    a.flush()
+    assert a.first_oom.stage != "graph_capture"
+    v0 = [("vllm/worker/model_runner.py", "capture"), ("vllm/model_executor/models/llama.py", "forward")]
+    assert stage_of(traceback(v0)) == ("graph_capture", "frame")
+
+
+def test_flashinfers_decode_wrapper_says_decode_once_serving():
+    ready = ["INFO:     Application startup complete."]
+    decode = SERVING + [("vllm/v1/attention/backends/flashinfer.py", "forward"), ("flashinfer/decode.py", "run")]
+    prefill = SERVING + [("vllm/v1/attention/backends/flashinfer.py", "forward"), ("flashinfer/prefill.py", "run")]
+    assert stage_of(ready + traceback(decode)) == ("decode", "frame")
+    assert stage_of(ready + traceback(prefill)) == ("prefill", "frame")
+    # the same wrappers run in startup's dummy runs: there the startup step decides
+    assert stage_of(traceback(PROFILE + [("flashinfer/prefill.py", "run")]))[0] == "kv_cache_alloc"
+
+
+def test_offline_generation_progress_means_the_engine_was_up():
+    """vllm/entrypoints/llm.py draws "Adding requests" / "Processed prompts" bars only once the engine is built."""
+    bar = "Processed prompts:   3%|▎         | 31/1000 [00:05<02:40,  6.02it/s, est. speed input: 1.2 toks/s]"
+    a = feed(["INFO 04-03 14:16:33 model_runner.py:1430] Graph capturing finished in 14 secs.", bar, OOM])
+    a.flush()
+    assert (a.first_oom.phase, a.first_oom.ready_before) == ("runtime", True)
+
+
+def test_nccls_own_out_of_memory_is_a_memory_failure():
+    """NCCL's CUDACHECK warns `Cuda failure 2 'out of memory'` (a device allocation for its buffers)."""
+    line = "host:123:456 [0] include/alloc.h:112 NCCL WARN Cuda failure 2 'out of memory'"
+    a = feed([line])
+    a.flush()
+    assert a.counts["oom"] == 1
+    a = feed(["host:1:1 [0] enqueue.cc:267 NCCL WARN Cuda failure 'dependency created on uncaptured work in another stream'"])
+    a.flush()
+    assert a.counts["oom"] == 0
+
+
+def test_a_method_named_in_the_message_can_say_runtime():
+    """V0 multiproc workers relay `Exception in worker ... while processing method start_worker_execution_loop: ...`:
+    the loop that runs the engine's steps (vllm/worker/worker_base.py)."""
+    line = ("(VllmWorkerProcess pid=9) ERROR 10-15 14:51:47 multiproc_worker_utils.py:226] Exception in worker "
+            "VllmWorkerProcess while processing method start_worker_execution_loop: CUDA out of memory. Tried to "
+            "allocate 32.00 MiB.")
+    assert stage_of([line]) == ("runtime_unknown", "message")

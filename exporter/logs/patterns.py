@@ -45,12 +45,16 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
      "graph_capture"),
     (re.compile(r"^Graph capturing finished"), "graph_captured"),
     (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
-    (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on"), "ready"),
+    # offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
+    # "Processed prompts") run only once the engine is built
+    (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on|^Processed prompts"
+                r"|^Adding requests"), "ready"),
 ]
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
                          r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
-                         r"|apturing|init engine|startup complete|API server|Uvicorn running")
+                         r"|apturing|init engine|startup complete|API server|Uvicorn running|Processed prompts"
+                         r"|Adding requests")
 
 # -- memory failures ---------------------------------------------------------------------------------
 # (pattern, stage hint or None, failure kind). None: the stage comes from frames and markers.
@@ -76,14 +80,16 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
                       r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY")
+                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|'out of memory'")
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
     r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:[Ee]rror: )?out of memory"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory)"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-    r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)"
+    r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
+    # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
+    r"|Cuda failure (?:\d+ )?'out of memory')"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
@@ -99,7 +105,9 @@ MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
                 r"(?:model|graph)", re.I), "graph_capture"),
     (re.compile(r"memory profiling|profil(?:e|ing) run|determin\w* (?:the )?(?:available|num)|allocat\w* (?:the )?KV"
                 r"|KV cache (?:allocation|initiali[sz]ation)", re.I), "kv_cache_alloc"),
-    (re.compile(r"creat(?:e|ing) (?:the )?weights|load(?:ing)? (?:the )?(?:model )?weights|loading (?:the )?model\b"
+    # vllm/model_executor/layers/linear.py: "Failed to create unquantized linear weights: %s"
+    (re.compile(r"creat(?:e|ing) (?:the )?(?:[\w-]+ ){0,3}weights|load(?:ing)? (?:the )?(?:model )?weights"
+                r"|loading (?:the )?model\b"
                 r"|model loading", re.I), "weight_loading"),
 ]
 # Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
@@ -157,7 +165,11 @@ for _stage, _funcs in {
     "weight_loading": ("load_weights", "load_model", "_load_weights", "load_weights_and_postprocess",
                        "download_model", "_get_weights_iterator", "make_layers", "create_weights",
                        "process_weights_after_loading", "initialize_model", "_initialize_model", "get_model",
-                       "_process_weights_after_loading", "load_model_weights"),
+                       "_process_weights_after_loading", "load_model_weights",
+                       # each parameter's loader (layers' weight_loader), the checkpoint iterators, and the CPU
+                       # offload of parameters while the model is built (model_executor/models/utils.py)
+                       "weight_loader", "weight_loader_v2", "safetensors_weights_iterator", "pt_weights_iterator",
+                       "maybe_offload_to_cpu"),
     "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph", "capture_end",
                       "capture_begin", "_warmup_and_capture"),
     "kv_cache_alloc": ("profile_run", "determine_available_memory", "initialize_kv_cache", "_initialize_kv_caches",
@@ -166,7 +178,10 @@ for _stage, _funcs in {
                        "check_enough_kv_cache_memory", "_check_enough_kv_cache_memory", "determine_num_available_blocks",
                        "initialize_cache", "_init_cache_engine", "allocate_kv_cache", "_allocate_kv_cache",
                        "memory_profiling", "_initialize_kv_cache", "init_cache_engine"),
-    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model"),
+    # V0 worker's _warm_up_model; V1 kernel warm-up before capture (vllm/model_executor/warmup/kernel_warmup.py:
+    # kernel_warmup -> deep_gemm_warmup, flashinfer_autotune; "Warmup and tune the kernels")
+    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model", "_warm_up_model",
+               "kernel_warmup", "deep_gemm_warmup", "flashinfer_autotune"),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
     # the engine, executor and workers being built: startup, the step not named
     "startup": ("from_engine_args", "_init_engine", "_init_executor", "_init_workers_ray", "init_worker",
@@ -179,7 +194,10 @@ for _stage, _funcs in {
                 "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue",
                 # sleep mode (vllm/device_allocator/cumem.py, worker and LLM `wake_up`): only an engine that was
                 # built and put to sleep wakes up
-                "wake_up"),
+                "wake_up",
+                # offline LLM.generate's loop (vllm/entrypoints/llm.py) and V0's multiproc worker loop
+                # (worker_base.py), named in "while processing method start_worker_execution_loop"
+                "_run_engine", "start_worker_execution_loop"),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage
@@ -203,9 +221,17 @@ COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.p
                  "vllm/compilation/compiler_interface.py", "torch/_functorch/aot_autograd.py",
                  "torch/_dynamo/output_graph.py", "torch/_inductor/graph.py")
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
+# V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
+V0_CAPTURE = ("capture", "vllm/worker/")
+# The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's
+# compilation/cuda_graph.py, compilation/backends.py and V0's model_runner.py capture inside it), also when the
+# failure hits in the model code run inside the `with`, below any torch/cuda/graphs.py frame.
+CAPTURE_CODE = re.compile(r"\btorch\.cuda\.graph\(|\bwith graph_capture\(")
+# FlashInfer's wrappers live in files of their own per step.
+STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
-MODEL_PATHS = ("vllm/model_executor/models/",)
+MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
 # Whose `__init__` builds the engine, its executor or its workers: startup.
 ENGINE_PATHS = ("vllm/engine/", "vllm/v1/engine/", "vllm/executor/", "vllm/v1/executor/", "vllm/worker/",
                 "vllm/v1/worker/", "vllm/entrypoints/llm.py")

@@ -163,6 +163,8 @@ class LogAnalyzer:
         if first == " " or first == "\t" or msg.startswith('File "'):
             if 'File "' in msg:
                 self._frame_line(key, msg if first in " \t" else " " + msg)
+            elif "graph" in msg and P.CAPTURE_CODE.search(msg):  # the source line of the frame above
+                self._tag(key, "graph_capture")
             return []
         if self._partial_frame is not None:
             partial, self._partial_frame = self._partial_frame, None
@@ -314,7 +316,12 @@ class LogAnalyzer:
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
         elif tag is None:
-            if any(p in path for p in P.COMPILE_PATHS):
+            step = next((s for p, s in P.STEP_PATHS if p in path), None)
+            if step is not None:
+                tag = step
+            elif func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
+                tag = "graph_capture"
+            elif any(p in path for p in P.COMPILE_PATHS):
                 tag = "compile"
             elif any(p in path for p in P.CAPTURE_PATHS):
                 tag = "graph_capture"
@@ -327,10 +334,13 @@ class LogAnalyzer:
             elif any(p in path for p in P.CONSTRUCTION_PATHS):
                 tag = "construction"
         if tag is not None:
-            self._last_frame_key = key
-            frames = self._frames_for(key)
-            if len(frames) < MAX_FRAMES:
-                frames.append(tag)
+            self._tag(key, tag)
+
+    def _tag(self, key: str | None, tag: str) -> None:
+        self._last_frame_key = key
+        frames = self._frames_for(key)
+        if len(frames) < MAX_FRAMES:
+            frames.append(tag)
 
     def _scheduler_dump(self, rec: Record, msg: str) -> None:
         """V1's SchedulerOutput of the failing step: a new request, or a cached one scheduled for more tokens than a
@@ -403,14 +413,17 @@ class LogAnalyzer:
         if hint is not None:
             return hint, "message", "high"
         decided = _stage_from_frames(frames, ep)
+        named_tags = _named_methods(rec.message) if decided is None else []
         if decided is None:
-            named = _stage_from_frames(_named_methods(rec.message), ep)
+            named = _stage_from_frames(named_tags, ep)
             decided = (named[0], "message", named[2]) if named else _stage_from_words(rec.message)
         if decided is not None:
             return decided
-        if "runtime" in frames or (not ep.started and self._saw_runtime):
+        if "runtime" in frames or "runtime" in named_tags or (not ep.started and self._saw_runtime):
             step, why, conf = self._runtime_step(rec, frames)
-            return step, why or ("frame" if "runtime" in frames else "serving"), conf or "medium"
+            if not why:
+                why = "frame" if "runtime" in frames else "message" if "runtime" in named_tags else "serving"
+            return step, why, conf or "medium"
         if "startup" in frames:  # the engine being built: a startup step the frames do not name
             return "loading_unknown", "frame", "medium"
         if ep.started:
@@ -721,7 +734,7 @@ def _named_methods(message: str) -> list[str]:
     tags = []
     for name in _IDENTIFIER.findall(message[:2000]):
         tag = P.FRAME_FUNCS.get(name)
-        if tag is not None and tag != "runtime":
+        if tag is not None:
             tags.append(tag)
     return tags
 
