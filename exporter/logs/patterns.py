@@ -45,16 +45,15 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
      "graph_capture"),
     (re.compile(r"^Graph capturing finished"), "graph_captured"),
     (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
-    # offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
-    # "Processed prompts") run only once the engine is built
-    (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on|^Processed prompts"
-                r"|^Adding requests"), "ready"),
+    (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on"), "ready"),
 ]
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
                          r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
-                         r"|apturing|init engine|startup complete|API server|Uvicorn running|Processed prompts"
-                         r"|Adding requests")
+                         r"|apturing|init engine|startup complete|API server|Uvicorn running")
+# Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
+# "Processed prompts") are drawn only once the engine is built. Read at the message start, before the hints.
+OFFLINE_PROGRESS = ("Processed prompts", "Adding requests")
 
 # -- memory failures ---------------------------------------------------------------------------------
 # (pattern, stage hint or None, failure kind). None: the stage comes from frames and markers.
@@ -80,7 +79,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
                       r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|'out of memory'")
+                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY")
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
@@ -327,5 +326,4 @@ def number(text: str) -> float:
 
 
 # One search that says whether a line can matter at all; most lines of a busy log say no.
-ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT))
-                      + "|SchedulerOutput\\(|^ModelInputFor")
+ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")

@@ -174,14 +174,13 @@ class LogAnalyzer:
         if first == "F" and msg.startswith("File ") and (ipy := P.IPYTHON_FRAME.match(msg)) is not None:
             self._frame(key, ipy.group("path"), ipy.group("func"))
             return []
-        if P.TRACEBACK_START in msg:  # also `EngineCore hit an exception: Traceback (most recent call last):`
+        traceback_start = P.TRACEBACK_START in msg
+        if traceback_start:  # also `EngineCore hit an exception: Traceback (most recent call last):`
             self._frames_for(key).clear()
             if 'File "' in msg:
                 self._inline_frames(key, msg)
             if not P.OOM_HINT.search(msg):
                 return []
-        elif 'File "' in msg:
-            self._inline_frames(key, msg)
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
         # and the periodic stats line.
         if msg.startswith("Received request"):
@@ -197,8 +196,16 @@ class LogAnalyzer:
             if m:
                 self._stats(m)
                 return []
+        if not traceback_start and 'File "' in msg:
+            self._inline_frames(key, msg)
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
+        if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
+            if msg.startswith(P.OFFLINE_PROGRESS):
+                return self._marker(line, line.time or rec.time, "ready")
+            if P.MODEL_INPUT_DUMP.match(msg):
+                self._model_input_dump(rec, msg)
+                return []
         tail, self._tail = self._tail, (msg if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
             if tail and not (rec.wrapped or rec.vllm_shaped) and P.OOM_HINT.search(joined := tail[-160:] + msg):
@@ -228,8 +235,6 @@ class LogAnalyzer:
             self._check_kv_negative(rec, line, when)
         if "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
             self._scheduler_dump(rec, msg)
-        elif first == "M" and P.MODEL_INPUT_DUMP.match(msg):
-            self._model_input_dump(rec, msg)
         self._end_traceback(key, msg)
         return new
 
