@@ -473,3 +473,25 @@ def test_a_method_named_in_the_message_can_say_runtime():
             "VllmWorkerProcess while processing method start_worker_execution_loop: CUDA out of memory. Tried to "
             "allocate 32.00 MiB.")
     assert stage_of([line]) == ("runtime_unknown", "message")
+
+
+def test_a_method_sent_to_the_workers_by_name_is_the_step():
+    """The engine's traceback without the worker's: `self.collective_rpc("load_model")` (V1 executors) or
+    `self._run_workers("determine_num_available_blocks")` (V0) names the step in the source line."""
+    head = "(EngineCore_DP0 pid=5) ERROR 11-05 12:19:32 [core.py:708] "
+    worker = ("RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 896.00 MiB.', please check "
+              "the stack trace above for the root cause")
+
+    def engine_traceback(call: str) -> list[str]:
+        return [head + "EngineCore failed to start.", head + "Traceback (most recent call last):",
+                head + f'  File "{SITE}/vllm/v1/engine/core.py", line 80, in __init__',
+                head + "    self.model_executor = executor_class(vllm_config)",
+                head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 90, in _init_executor',
+                head + f"    {call}",
+                head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 250, in collective_rpc',
+                head + "    raise RuntimeError(", head + worker]
+
+    assert stage_of(engine_traceback('self.collective_rpc("load_model")')) == ("weight_loading", "frame")
+    assert stage_of(engine_traceback("self._run_workers('determine_num_available_blocks')")) == \
+        ("kv_cache_alloc", "frame")
+    assert stage_of(engine_traceback('self.collective_rpc("init_device")')) == ("loading_unknown", "frame")

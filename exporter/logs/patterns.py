@@ -226,6 +226,10 @@ V0_CAPTURE = ("capture", "vllm/worker/")
 # compilation/cuda_graph.py, compilation/backends.py and V0's model_runner.py capture inside it), also when the
 # failure hits in the model code run inside the `with`, below any torch/cuda/graphs.py frame.
 CAPTURE_CODE = re.compile(r"\btorch\.cuda\.graph\(|\bwith graph_capture\(")
+# A source line that sends a method to every worker by name (V1 executors' `self.collective_rpc("load_model")`,
+# V0's `self._run_workers("determine_num_available_blocks")`): the step under way, when the excerpt holds no frame
+# of the worker that ran it.
+RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
 # FlashInfer's wrappers live in files of their own per step.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.

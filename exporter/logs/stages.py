@@ -165,6 +165,10 @@ class LogAnalyzer:
                 self._frame_line(key, msg if first in " \t" else " " + msg)
             elif "graph" in msg and P.CAPTURE_CODE.search(msg):  # the source line of the frame above
                 self._tag(key, "graph_capture")
+            elif "_r" in msg and (rpc := P.RPC_CODE.search(msg)) is not None:
+                tag = P.FRAME_FUNCS.get(rpc.group("method"))
+                if tag is not None:
+                    self._tag(key, tag)
             return []
         if self._partial_frame is not None:
             partial, self._partial_frame = self._partial_frame, None
