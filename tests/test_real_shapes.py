@@ -495,3 +495,16 @@ def test_a_method_sent_to_the_workers_by_name_is_the_step():
     assert stage_of(engine_traceback("self._run_workers('determine_num_available_blocks')")) == \
         ("kv_cache_alloc", "frame")
     assert stage_of(engine_traceback('self.collective_rpc("init_device")')) == ("loading_unknown", "frame")
+
+
+def test_a_caught_oom_logged_by_a_library_in_pythons_default_shape_is_recovered():
+    """FlashInfer's autotuner logs `<time> - WARNING - autotuner.py:N - flashinfer.jit: ...` inside vLLM's processes."""
+    line = ("(EngineCore_DP0 pid=387) 2026-03-08 16:44:29,692 - WARNING - autotuner.py:1315 - flashinfer.jit: "
+            "[Autotuner]: Skipping tactic 7 due to torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    a = feed([line])
+    a.flush()
+    assert a.first_oom is None and a.counts["oom_recovered"] == 1
+    # the same library's ERROR is not a recovery
+    a = feed([line.replace("WARNING", "ERROR").replace("Skipping tactic 7 due to ", "")])
+    a.flush()
+    assert a.counts["oom"] == 1

@@ -116,6 +116,10 @@ USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(
 # the line says so. Those are recovered memory events, never the failure.
 ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
 RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|will retry|[Ii]gnor(?:e|ing)")
+# Libraries that log inside vLLM's processes in Python's default `%(asctime)s - %(levelname)s - ...` shape
+# (FlashInfer's autotuner: `2026-07-06 23:18:23,723 - WARNING - autotuner.py:1315 - flashinfer.jit: ...`): their
+# level, for lines vLLM's own prefix does not carry.
+FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
 
 # vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
 # utils' "Engine core initialization failed"), "EngineCore encountered a fatal error." once it was built and ran.

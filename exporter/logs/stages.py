@@ -251,7 +251,11 @@ class LogAnalyzer:
         m = P.OOM_SIGNATURE.search(text)
         if m is None or P.USER_TEXT.search(text, 0, m.start()):
             return []
-        if rec.level in ("INFO", "DEBUG", "WARNING", "WARN"):
+        level = rec.level
+        if level is None and " - " in text[: m.start()]:
+            foreign = P.FOREIGN_LEVEL.search(text, 0, m.start())
+            level = foreign.group(1) if foreign is not None else None
+        if level in ("INFO", "DEBUG", "WARNING", "WARN"):
             if P.RECOVERED.search(text):
                 return self._emit(Event(line.number, when, "oom_recovered", evidence=_evidence(msg),
                                         process=rec.process, cause="device_oom"))
