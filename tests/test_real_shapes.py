@@ -508,3 +508,11 @@ def test_a_caught_oom_logged_by_a_library_in_pythons_default_shape_is_recovered(
     a = feed([line.replace("WARNING", "ERROR").replace("Skipping tactic 7 due to ", "")])
     a.flush()
     assert a.counts["oom"] == 1
+
+
+def test_the_multimodal_encoder_run_for_a_new_prompts_media_is_a_prefill_while_serving():
+    """gpu_model_runner._execute_mm_encoder runs the encoder for the step's scheduled encoder inputs (real requests);
+    memory profiling runs it on dummy inputs through another path."""
+    frames = [("vllm/v1/worker/gpu_model_runner.py", "_execute_mm_encoder"),
+              ("vllm/model_executor/models/qwen2_5_vl.py", "get_multimodal_embeddings")]
+    assert stage_of(traceback(frames)) == ("prefill", "frame")

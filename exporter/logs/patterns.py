@@ -215,9 +215,12 @@ STEP_FUNCS = {
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
 # `has_context`; TurboQuant's _continuation_prefill in vllm/v1/attention/backends/turboquant_attn.py), V0's
 # prefix-prefill path (forward_prefix, only with block tables) and prompt logprobs (gpu_model_runner's
-# _get_prompt_logprobs_dict, only for requests that asked for them). They say both: serving, and a prefill step.
+# _get_prompt_logprobs_dict, only for requests that asked for them) and the multimodal encoder run on a new prompt's
+# images or audio (gpu_model_runner's _execute_mm_encoder, only for the step's scheduled encoder inputs; profiling
+# runs the encoder on dummy inputs another way). They say both: serving, and a prefill step.
 SERVING_PREFILL_FUNCS = frozenset({"_compute_prefill_context", "_context_parallel_compute_prefill_context",
-                                   "_continuation_prefill", "forward_prefix", "_get_prompt_logprobs_dict"})
+                                   "_continuation_prefill", "forward_prefix", "_get_prompt_logprobs_dict",
+                                   "_execute_mm_encoder"})
 # Paths whose frames only exist while torch.compile is compiling (not when compiled code runs), or while a
 # CUDA graph is captured.
 COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
