@@ -516,3 +516,24 @@ def test_the_multimodal_encoder_run_for_a_new_prompts_media_is_a_prefill_while_s
     frames = [("vllm/v1/worker/gpu_model_runner.py", "_execute_mm_encoder"),
               ("vllm/model_executor/models/qwen2_5_vl.py", "get_multimodal_embeddings")]
     assert stage_of(traceback(frames)) == ("prefill", "frame")
+
+
+def test_an_excerpt_indented_as_a_whole_reads_as_if_it_were_not():
+    """Markdown code blocks indented by four spaces, list items, quoted mails: every line carries the same indent."""
+    log = ["INFO 11-20 10:00:01 [gpu_model_runner.py:1] Starting to load model m..."] + traceback(
+        PROFILE, prefix="ERROR 11-20 10:00:02 [core.py:1] ")
+    for indent in ("    ", "  ", "\t"):
+        assert stage_of([indent + line for line in log]) == ("kv_cache_alloc", "frame"), repr(indent)
+        assert stage_of([indent + line for line in traceback(CAPTURE)]) == ("graph_capture", "frame"), repr(indent)
+    # code lines under a frame stay code lines, whatever they say
+    lines = traceback(LOAD)[:-1] + ["    raise ValueError('x')", "    logger.error('CUDA out of memory')", OOM]
+    assert stage_of(lines) == ("weight_loading", "frame")
+
+
+def test_a_log_copied_out_of_a_web_page_keeps_its_escapes_and_is_read_through_them():
+    lines = [line.replace('"', "&quot;") for line in traceback(PROFILE)]
+    assert stage_of(lines) == ("kv_cache_alloc", "frame")
+    relayed = "ERROR 08-16 12:00:02 [core.py:1] RuntimeError: Worker failed with error &#39;CUDA out of memory&#39;"
+    a = feed([relayed])
+    a.flush()
+    assert a.counts["oom"] == 1

@@ -154,6 +154,15 @@ SERVING_SOURCES = ("serving_chat.py", "serving_completion.py", "serving_engine.p
                    "serving_embedding.py", "serving_pooling.py", "serving_score.py")
 ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
 
+# -- how an excerpt was pasted -------------------------------------------------------------------------
+# A log copied out of a web page keeps the page's escapes (`File &quot;/x.py&quot;, line 3`).
+HTML_ENTITY = re.compile(r"&(?:quot|apos|lt|gt|amp|#39|#x27|#34);")
+# What starts a line of its own, once an indentation the whole excerpt carries (a markdown code block indented by
+# four spaces, a list item, a quoted mail) is taken off: vLLM's or uvicorn's level prefix, a process or rank tag,
+# a traceback's start or its exception line. Code lines and wrapped message tails under a frame never look so.
+LINE_START = re.compile(r"(?:\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]"
+                        r"|Traceback \(most recent call last\)|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))")
+
 # -- traceback frames -> stage ------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')

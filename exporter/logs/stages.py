@@ -11,6 +11,7 @@ line, so an OOM is counted the moment its line arrives.
 from __future__ import annotations
 
 import calendar
+import html
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -142,6 +143,9 @@ class LogAnalyzer:
         if self._pending is not None and self.lines - self._pending_since > RELAY_LINES:
             self.flush()
         try:
+            if "&" in text and P.HTML_ENTITY.search(text):  # copied out of a web page
+                text = html.unescape(text)
+                line = LogLine(line.number, text, line.time, line.truncated)
             if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
                 out: list[Event] = []
                 for part in text.split("\r"):
@@ -161,6 +165,12 @@ class LogAnalyzer:
         key = rec.process
         first = msg[0]
         if first == " " or first == "\t" or msg.startswith('File "'):
+            if first != "F" and not (rec.wrapped or rec.vllm_shaped):
+                # The whole excerpt may be indented (a markdown code block, a list, a quoted mail): a line that
+                # starts like a line of its own under the indentation is read as one.
+                text = line.text.lstrip()
+                if len(line.text) - len(text) <= 8 and P.LINE_START.match(text):
+                    return self._feed_text(LogLine(line.number, text, line.time, line.truncated))
             if 'File "' in msg:
                 self._frame_line(key, msg if first in " \t" else " " + msg)
             elif "graph" in msg and P.CAPTURE_CODE.search(msg):  # the source line of the frame above
