@@ -537,3 +537,18 @@ def test_a_log_copied_out_of_a_web_page_keeps_its_escapes_and_is_read_through_th
     a = feed([relayed])
     a.flush()
     assert a.counts["oom"] == 1
+
+
+def test_the_api_servers_output_handler_failing_means_the_engine_had_started():
+    """V1 AsyncLLM runs its output handler only once the engine core client is built (after startup)."""
+    oom = "(EngineCore pid=112) ERROR 05-01 14:39:06 [core.py:1131] " + OOM
+    head = "(APIServer pid=1) ERROR 05-01 14:39:06 [async_llm.py:699] "
+    said = feed([oom, head + "AsyncLLM output_handler failed."])
+    said.flush()
+    assert (said.first_oom.phase, said.first_oom.stage_evidence) == ("runtime", "message")
+    frames = feed([oom, head + "Traceback (most recent call last):",
+                   head + f'  File "{SITE}/vllm/v1/engine/async_llm.py", line 655, in output_handler',
+                   head + "    outputs = await engine_core.get_output_async()",
+                   head + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
+    frames.flush()
+    assert (frames.first_oom.phase, frames.first_oom.stage_evidence) == ("runtime", "frame")

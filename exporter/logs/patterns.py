@@ -124,7 +124,9 @@ FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
 # vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
 # utils' "Engine core initialization failed"), "EngineCore encountered a fatal error." once it was built and ran.
 ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed")
-ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error")
+# The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
+# runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
+ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -209,7 +211,9 @@ for _stage, _funcs in {
                 "wake_up",
                 # offline LLM.generate's loop (vllm/entrypoints/llm.py) and V0's multiproc worker loop
                 # (worker_base.py), named in "while processing method start_worker_execution_loop"
-                "_run_engine", "start_worker_execution_loop"),
+                "_run_engine", "start_worker_execution_loop",
+                # V1 AsyncLLM's output handler (see ENGINE_WAS_RUNNING)
+                "output_handler"),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage

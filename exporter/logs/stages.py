@@ -212,6 +212,8 @@ class LogAnalyzer:
                 return []
         if not traceback_start and 'File "' in msg:
             self._inline_frames(key, msg)
+        if self._pending is not None:
+            self._engine_words(msg)
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
         if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
@@ -280,6 +282,21 @@ class LogAnalyzer:
         else:
             hint, cause = None, "device_oom"
         return self._oom(rec, line, when, hint, cause, msg)
+
+    def _engine_words(self, msg: str) -> None:
+        """vLLM says in its own words whether the engine had been built (P.ENGINE_NEVER_STARTED / _WAS_RUNNING): the
+        phase of a failure nothing else placed. It stays pending: the traceback logged under these words may name
+        the step."""
+        pending = self._pending
+        if pending is None or pending.stage_evidence != "none":
+            return
+        if P.ENGINE_NEVER_STARTED.search(msg):
+            pending.stage, pending.phase = "loading_unknown", "loading"
+        elif P.ENGINE_WAS_RUNNING.search(msg):
+            pending.stage, pending.phase = "runtime_unknown", "runtime"
+        else:
+            return
+        pending.stage_evidence, pending.confidence = "message", "medium"
 
     def _hold_cut(self, rec: Record, line: LogLine) -> None:
         """`RuntimeError: CUDA out of`: a paste cut the excerpt's last line inside the failure. Classified now, with
@@ -549,16 +566,6 @@ class LogAnalyzer:
             neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
             out += self._count_oom(neg)
             self._kv_negative = None
-        pending = self._pending
-        if kind == "engine_crash" and pending is not None and pending.stage_evidence == "none":
-            # The engine core says in its own words whether it had been built (P.ENGINE_NEVER_STARTED): the phase,
-            # when nothing else said it. Still pending: the traceback logged under these words may name the step.
-            if P.ENGINE_NEVER_STARTED.search(rec.message):
-                pending.stage, pending.phase = "loading_unknown", "loading"
-                pending.stage_evidence, pending.confidence = "message", "medium"
-            elif P.ENGINE_WAS_RUNNING.search(rec.message):
-                pending.stage, pending.phase = "runtime_unknown", "runtime"
-                pending.stage_evidence, pending.confidence = "message", "medium"
         ev = Event(line.number, when, kind, evidence=_evidence(rec.message), process=rec.process)
         out += self._emit(ev)
         if kind == "engine_crash":
