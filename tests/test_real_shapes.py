@@ -341,6 +341,10 @@ def test_the_engine_cores_own_words_say_whether_it_had_started():
     a = feed([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore encountered a fatal error."])
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    # V0's API server, when its engine process died while starting
+    a = feed([oom, "RuntimeError: Engine process failed to start. See stack trace for the root cause."])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
 
 
 def test_ipython_and_jupyter_tracebacks_have_frames_too():

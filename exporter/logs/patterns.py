@@ -122,8 +122,10 @@ RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|wil
 FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
 
 # vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
-# utils' "Engine core initialization failed"), "EngineCore encountered a fatal error." once it was built and ran.
-ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed")
+# utils' "Engine core initialization failed"; V0's API server: "Engine process failed to start. See stack trace for
+# the root cause.", vllm/entrypoints/openai/api_server.py), "EngineCore encountered a fatal error." once it ran.
+ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed"
+                                  r"|Engine process failed to start")
 # The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
 # runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
 ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed")
