@@ -556,3 +556,15 @@ def test_the_api_servers_output_handler_failing_means_the_engine_had_started():
                    head + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
     frames.flush()
     assert (frames.first_oom.phase, frames.first_oom.stage_evidence) == ("runtime", "frame")
+
+
+def test_serving_stats_mean_ready_even_when_the_readiness_line_is_not_in_the_excerpt():
+    """The periodic stats line (V1: the API server's stat logger; V0: LLMEngine.step) is logged only by a built
+    engine: an excerpt that shows startup, then stats, then a failure, failed at runtime."""
+    lines = ["(EngineCore_DP0 pid=7) INFO 11-20 10:01:00 [gpu_worker.py:1] Available KV cache memory: 20.00 GiB",
+             "(APIServer pid=1) INFO 11-20 10:10:00 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+             "Avg generation throughput: 50.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%",
+             "(EngineCore_DP0 pid=7) ERROR 11-20 10:10:05 [core.py:1] " + OOM]
+    a = feed(lines)
+    a.flush()
+    assert (a.first_oom.phase, a.first_oom.ready_before) == ("runtime", True)

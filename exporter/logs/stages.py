@@ -604,8 +604,8 @@ class LogAnalyzer:
         if self._open:
             self._open.clear()
         ep = self.epoch
-        if not ep.started and not ep.ready:
-            ep.ready = True  # the log began while the server was already serving
+        if not ep.ready and not ep.crashed:
+            ep.ready = True  # serving (the readiness line may be cut out of the excerpt, or before the log began)
 
     def _stats(self, m: re.Match[str]) -> None:
         self._healthy()
