@@ -568,3 +568,17 @@ def test_serving_stats_mean_ready_even_when_the_readiness_line_is_not_in_the_exc
     a = feed(lines)
     a.flush()
     assert (a.first_oom.phase, a.first_oom.ready_before) == ("runtime", True)
+
+
+def test_tpu_buffer_allocation_failures_and_v0_profiling_results_are_read():
+    tpu = ("ERROR 11-20 10:00:02 [core.py:1] jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating "
+           "device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free.")
+    a = feed([tpu])
+    a.flush()
+    assert a.counts["oom"] == 1
+    v0 = ["INFO 12-01 10:00:00 worker.py:232] Memory profiling results: duration=4.2 seconds, total_gpu_memory=79.1GiB,"
+          " initial_memory_usage=14.2GiB, peak_torch_memory=16.1GiB, kv_cache_size=52.6GiB, gpu_memory_utilization=0.90",
+          OOM]
+    a = feed(v0)
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("kv_cache_alloc", "marker")

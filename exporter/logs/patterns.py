@@ -39,7 +39,8 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
                 r"|^Directly load the compiled graph"), "compile"),
     (re.compile(r"^torch\.compile takes"), "compiled"),
-    (re.compile(r"^Memory profiling takes|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
+    # V0 0.6.x printed "Memory profiling results: duration=..., kv_cache_size=..." instead of "... takes"
+    (re.compile(r"^Memory profiling takes|^Memory profiling results|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
                 r"|^# GPU blocks|^Maximum concurrency for"), "kv_cache_alloc"),
     (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"),
      "graph_capture"),
@@ -79,12 +80,15 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
                       r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY")
+                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED")
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
     r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:[Ee]rror: )?out of memory"
-    r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory)"
+    # XLA on TPU: "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm", or PjRt's "RESOURCE_EXHAUSTED: Error
+    # allocating device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
+    r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
+    r"|Attempting to allocate)"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
