@@ -64,3 +64,16 @@ def test_the_daemons_counter_agrees_with_triage_on_every_real_log(tmp_path):
             disagreements.append(f"{e['file']}: daemon {counted}, triage {report['oom_by_stage']}")
         tailer.close()
     assert not disagreements, "\n".join(disagreements)
+
+
+def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):
+    """While labels.yaml holds no held-out entries the split's own test is skipped; the machinery still scores one."""
+    from tests.real_corpus import main
+
+    moved = [dict(e, split="heldout") if i % 4 == 0 else e for i, e in enumerate(ENTRIES)]
+    held, dev = score("heldout", moved), score("dev", moved)
+    assert held.total == len(ENTRIES[::4]) and held.total + dev.total == len(ENTRIES)
+    assert held.negatives + held.failures == held.total
+    assert main(["--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dev") and out[1].startswith("heldout")
