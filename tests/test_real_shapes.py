@@ -562,8 +562,8 @@ def test_serving_stats_mean_ready_even_when_the_readiness_line_is_not_in_the_exc
     """The periodic stats line (V1: the API server's stat logger; V0: LLMEngine.step) is logged only by a built
     engine: an excerpt that shows startup, then stats, then a failure, failed at runtime."""
     lines = ["(EngineCore_DP0 pid=7) INFO 11-20 10:01:00 [gpu_worker.py:1] Available KV cache memory: 20.00 GiB",
-             "(APIServer pid=1) INFO 11-20 10:10:00 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
-             "Avg generation throughput: 50.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%",
+             ("(APIServer pid=1) INFO 11-20 10:10:00 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+              "Avg generation throughput: 50.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%"),
              "(EngineCore_DP0 pid=7) ERROR 11-20 10:10:05 [core.py:1] " + OOM]
     a = feed(lines)
     a.flush()
@@ -576,9 +576,34 @@ def test_tpu_buffer_allocation_failures_and_v0_profiling_results_are_read():
     a = feed([tpu])
     a.flush()
     assert a.counts["oom"] == 1
-    v0 = ["INFO 12-01 10:00:00 worker.py:232] Memory profiling results: duration=4.2 seconds, total_gpu_memory=79.1GiB,"
-          " initial_memory_usage=14.2GiB, peak_torch_memory=16.1GiB, kv_cache_size=52.6GiB, gpu_memory_utilization=0.90",
+    v0 = [("INFO 12-01 10:00:00 worker.py:232] Memory profiling results: duration=4.2 seconds, total_gpu_memory=79.1GiB,"
+           " initial_memory_usage=14.2GiB, peak_torch_memory=16.1GiB, kv_cache_size=52.6GiB, gpu_memory_utilization=0.90"),
           OOM]
     a = feed(v0)
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("kv_cache_alloc", "marker")
+
+
+def test_the_call_a_source_line_makes_names_the_frame_the_excerpt_cut_off():
+    head = "(EngineCore_DP0 pid=8402) ERROR 10-24 01:26:57 [core.py:710] "
+    lines = [head + OOM, head + "", head + "The above exception was the direct cause of the following exception:",
+             head + "Traceback (most recent call last):",
+             head + f'  File "{SITE}/vllm/v1/engine/core.py", line 701, in run_engine_core',
+             head + "    engine_core.run_busy_loop()", head + f'  File "{SITE}/vllm/v1/engine/co']
+    a = feed(lines)
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "frame")
+    capture = ["Traceback (most recent call last):", f'  File "{SITE}/vllm/v1/worker/gpu_worker.py", line 3, in x',
+               "    self.model_runner.capture_model()", OOM]
+    assert stage_of(capture) == ("graph_capture", "frame")
+
+
+def test_v0s_dead_engine_loop_means_it_had_been_running():
+    """vllm/engine/multiprocessing/client.py: MQEngineDeadError "Engine loop is not running. Inspect the stacktrace to
+    find the original error: <repr>" is raised to requests once the loop died; the heartbeat says "Engine loop has
+    died"."""
+    relayed = ("Engine loop is not running. Inspect the stacktrace to find the original error: OutOfMemoryError('HIP out "
+               "of memory. Tried to allocate 1.63 GiB.').")
+    a = feed([relayed])
+    a.flush()
+    assert (a.first_oom.phase, a.first_oom.stage_evidence, a.first_oom.confidence) == ("runtime", "message", "medium")

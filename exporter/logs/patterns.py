@@ -132,7 +132,10 @@ ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initi
                                   r"|Engine process failed to start")
 # The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
 # runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
-ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed")
+# V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the
+# stacktrace ..." (MQEngineDeadError, raised to requests) and "Engine loop has died" (its heartbeat): the loop ran.
+ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
+                                r"|Engine loop is not running|Engine loop has died")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -255,6 +258,9 @@ CAPTURE_CODE = re.compile(r"\btorch\.cuda\.graph\(|\bwith graph_capture\(")
 # A source line that sends a method to every worker by name (V1 executors' `self.collective_rpc("load_model")`,
 # V0's `self._run_workers("determine_num_available_blocks")`): the step under way, when the excerpt holds no frame
 # of the worker that ran it.
+# The call a source line makes (`engine_core.run_busy_loop()`, `self.model_runner.capture_model()`): the frame the
+# excerpt may have cut off below it.
+CODE_CALL = re.compile(r"\b(?P<func>[A-Za-z_]\w{3,60})\(")
 RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
 # FlashInfer's wrappers live in files of their own per step.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))

@@ -179,6 +179,8 @@ class LogAnalyzer:
                 tag = P.FRAME_FUNCS.get(rpc.group("method"))
                 if tag is not None:
                     self._tag(key, tag)
+            elif "(" in msg:
+                self._code_calls(key, msg)
             return []
         if self._partial_frame is not None:
             partial, self._partial_frame = self._partial_frame, None
@@ -283,20 +285,20 @@ class LogAnalyzer:
             hint, cause = None, "device_oom"
         return self._oom(rec, line, when, hint, cause, msg)
 
-    def _engine_words(self, msg: str) -> None:
+    def _engine_words(self, msg: str, ev: Event | None = None) -> None:
         """vLLM says in its own words whether the engine had been built (P.ENGINE_NEVER_STARTED / _WAS_RUNNING): the
-        phase of a failure nothing else placed. It stays pending: the traceback logged under these words may name
-        the step."""
-        pending = self._pending
-        if pending is None or pending.stage_evidence != "none":
+        phase of a failure nothing else placed (the pending one, or `ev` relayed in the same line). It stays
+        pending: the traceback logged under these words may name the step."""
+        ev = ev or self._pending
+        if ev is None or ev.stage_evidence != "none":
             return
         if P.ENGINE_NEVER_STARTED.search(msg):
-            pending.stage, pending.phase = "loading_unknown", "loading"
+            ev.stage, ev.phase = "loading_unknown", "loading"
         elif P.ENGINE_WAS_RUNNING.search(msg):
-            pending.stage, pending.phase = "runtime_unknown", "runtime"
+            ev.stage, ev.phase = "runtime_unknown", "runtime"
         else:
             return
-        pending.stage_evidence, pending.confidence = "message", "medium"
+        ev.stage_evidence = "message"
 
     def _hold_cut(self, rec: Record, line: LogLine) -> None:
         """`RuntimeError: CUDA out of`: a paste cut the excerpt's last line inside the failure. Classified now, with
@@ -304,6 +306,14 @@ class LogAnalyzer:
         stage, why, confidence = self._classify(rec, None)
         self._cut = Event(line.number, line.time or rec.time, "oom", stage, P.phase_of(stage), _evidence(rec.message),
                           rec.process, "device_oom", stage_evidence=why, confidence=confidence)
+
+    def _code_calls(self, key: str | None, msg: str) -> None:
+        """A source line under a frame: the function it calls is the next frame, which the excerpt may cut off."""
+        for m in P.CODE_CALL.finditer(msg, 0, 400):
+            func = m.group("func")
+            if func in P.FRAME_FUNCS or func in P.SERVING_PREFILL_FUNCS:
+                self._frame(key, "", func)
+                return
 
     def _inline_frames(self, key: str | None, msg: str) -> None:
         """Frames run together on one line (a paste that lost the traceback's newlines)."""
@@ -477,6 +487,8 @@ class LogAnalyzer:
         stage, why, confidence = self._classify(rec, hint)
         ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(msg or rec.message), rec.process,
                    cause, stage_evidence=why, confidence=confidence)
+        if why == "none":
+            self._engine_words(msg or rec.message, ev)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
             self._kv_facts(msg or rec.message)
         return self._count_oom(ev)
@@ -530,7 +542,9 @@ class LogAnalyzer:
             self._decide_pending("runtime_unknown", "serving", serving)
         else:
             assert ev.stage is not None and ev.stage_evidence is not None and ev.confidence is not None
-            self._decide_pending(ev.stage, ev.stage_evidence, ev.confidence)
+            # the engine's own words placed it (see _engine_words): better than nothing, short of a frame
+            confidence = "medium" if ev.stage_evidence == "message" else ev.confidence
+            self._decide_pending(ev.stage, ev.stage_evidence, confidence)
 
     def _decide_by_frames(self, frames: list[str]) -> bool:
         decided = _stage_from_frames(frames, self.epoch)
