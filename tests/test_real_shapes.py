@@ -607,3 +607,14 @@ def test_v0s_dead_engine_loop_means_it_had_been_running():
     a = feed([relayed])
     a.flush()
     assert (a.first_oom.phase, a.first_oom.stage_evidence, a.first_oom.confidence) == ("runtime", "message", "medium")
+
+
+def test_offline_generation_and_speculative_drafting_frames_mean_serving():
+    user = [("test.py", "<module>"), ("vllm/entrypoints/llm.py", "generate"),
+            ("vllm/model_executor/layers/logits_processor.py", "forward")]
+    assert stage_of(traceback(user)) == ("runtime_unknown", "frame")
+    drafter = [("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"), ("vllm/v1/spec_decode/eagle.py", "propose")]
+    assert stage_of(traceback(drafter)) == ("runtime_unknown", "frame")
+    # building the offline LLM is startup, whatever runs inside it
+    build = [("test.py", "<module>"), ("vllm/entrypoints/llm.py", "__init__"), ("vllm/v1/worker/gpu_worker.py", "x")]
+    assert stage_of(traceback(build)) == ("loading_unknown", "frame")

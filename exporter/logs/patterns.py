@@ -249,6 +249,12 @@ COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.p
                  "vllm/compilation/compiler_interface.py", "torch/_functorch/aot_autograd.py",
                  "torch/_dynamo/output_graph.py", "torch/_inductor/graph.py")
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
+# Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
+# requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
+# run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
+PATH_FUNCS = (("vllm/entrypoints/llm.py", frozenset({"generate", "chat", "encode", "embed", "classify", "score",
+                                                      "reward", "beam_search"}), "runtime"),
+              ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"))
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
 V0_CAPTURE = ("capture", "vllm/worker/")
 # The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's

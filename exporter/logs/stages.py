@@ -371,6 +371,8 @@ class LogAnalyzer:
                 tag = step
             elif func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
                 tag = "graph_capture"
+            elif (named := next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)) is not None:
+                tag = named
             elif any(p in path for p in P.COMPILE_PATHS):
                 tag = "compile"
             elif any(p in path for p in P.CAPTURE_PATHS):
