@@ -2,7 +2,9 @@
 
 `tests/fixtures/real/labels.yaml` lists every excerpt with the stage and phase its evidence shows, whether
 the engine was ready before the failure, the source thread and why. Each excerpt belongs to one split:
-`dev` (what the analyzer was tuned on) or `heldout` (scored only at the end, never tuned on).
+`dev` (what the analyzer was tuned on) or `heldout` (scored only at the end, never tuned on). Every excerpt
+is `dev` today: the first held-out set was scored once and then tuned on; a new one is scored as `heldout`
+when its entries are added.
 
     python -m tests.real_corpus            # both splits, with the misses of the dev split
     python -m tests.real_corpus --split heldout --quiet
@@ -52,6 +54,8 @@ class Score:
         return self.stage_ok / self.total if self.total else 0.0
 
     def line(self) -> str:
+        if not self.total:
+            return f"{self.split:8} {0:4} excerpts"
         return (f"{self.split:8} {self.total:4} excerpts: phase {self.phase_accuracy:6.1%}  stage "
                 f"{self.stage_accuracy:6.1%}  missed {self.missed}/{self.failures} failures  false OOMs "
                 f"{self.false_ooms}/{self.negatives} negatives  ready-before {self.ready_ok}/{self.total}")

