@@ -62,6 +62,46 @@ def test_fleet_config_mistakes_are_all_named_at_once():
         assert where in text, (where, text)
 
 
+# -- KV transfer between pools -------------------------------------------------------------------
+
+def _reexported(text: str, role: str) -> dict[str, list]:
+    from exporter.config import ServerConfig
+    from exporter.daemon import ServerState
+    from exporter.exposition import parse
+    from exporter.vllm.names import normalize
+    from exporter.vllm.scrape import ScrapeResult
+
+    st = ServerState(ServerConfig(name=f"dsr1-{role}-0", role=role), 300.0, None, cluster="gb300-east")
+    st.update(ScrapeResult(True, series=normalize(parse(text).samples)), 0.0)
+    return {name: samples for name, (samples, _text) in st.reexported().items() if samples}
+
+
+def test_nixl_transfer_health_is_passed_on_with_role_and_absent_stays_absent():
+    # the NIXL families as vLLM's NixlPromMetrics writes them (counters with _total, one histogram per engine)
+    decode = "".join([
+        '# TYPE vllm:nixl_num_failed_transfers counter\n',
+        'vllm:nixl_num_failed_transfers_total{engine="0",model_name="kimi-k3"} 3.0\n',
+        '# TYPE vllm:nixl_num_failed_notifications counter\n',
+        'vllm:nixl_num_failed_notifications_total{engine="0",model_name="kimi-k3"} 0.0\n',
+        '# TYPE vllm:nixl_xfer_time_seconds histogram\n',
+        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="kimi-k3"} 40.0\n',
+        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="kimi-k3"} 42.0\n',
+        'vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="kimi-k3"} 0.5\n',
+        'vllm:nixl_xfer_time_seconds_count{engine="0",model_name="kimi-k3"} 42.0\n',
+        'vllm:num_requests_running{engine="0",model_name="kimi-k3"} 4.0\n'])
+    got = _reexported(decode, "decode")
+    failed = got["vllm:nixl_num_failed_transfers_total"]
+    assert [(s.name, s.value) for s in failed] == [("vllm_headroom_nixl_failed_transfers_total", 3.0)]
+    assert failed[0].labels == {"server": "dsr1-decode-0", "role": "decode", "cluster": "gb300-east",
+                                "model_name": "kimi-k3", "engine": "0"}
+    assert got["vllm:nixl_num_failed_notifications_total"][0].value == 0.0  # a real 0 stays a 0
+    assert len(got["vllm:nixl_xfer_time_seconds"]) == 4
+    # a server without NIXL (or a vLLM before 0.11.1) exports none of it: absent, never a made-up 0
+    plain = _reexported('vllm:num_requests_running{engine="0",model_name="kimi-k3"} 4.0\n', "prefill")
+    assert not [n for n in plain if "nixl" in n]
+    assert plain["vllm:num_requests_running"][0].labels["role"] == "prefill"
+
+
 # -- discovery ------------------------------------------------------------------------------------
 
 def _pod(root: Path, namespace: str, pod: str, container: str = "vllm", uid: str = "6f1c3e2a-1b2c-4d5e-8f90-a1b2c3d4e5f6"):
