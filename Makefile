@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 CONFIG ?=
 
-SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
+SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium victoria-metrics vmagent vmalert
 
 .PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean triage-score
 
@@ -17,16 +17,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The tests run the real Prometheus tools and Chromium (Debian's packages); installed here where missing.
+# The tests run the real Prometheus tools, VictoriaMetrics (victoria-metrics, vmagent, vmalert: the scale-out
+# path) and Chromium (Debian's packages); installed here where missing.
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's prometheus, prometheus-alertmanager and chromium (missing:$$missing)"; \
+	    echo "installing Debian's prometheus, prometheus-alertmanager, victoria-metrics and chromium (missing:$$missing)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	      prometheus prometheus-alertmanager chromium >/dev/null; \
+	      prometheus prometheus-alertmanager victoria-metrics chromium >/dev/null; \
 	  else \
-	    echo "make test needs:$$missing -- run: sudo apt-get install prometheus prometheus-alertmanager chromium" >&2; \
+	    echo "make test needs:$$missing -- run: sudo apt-get install prometheus prometheus-alertmanager victoria-metrics chromium" >&2; \
 	    exit 1; \
 	  fi; \
 	fi

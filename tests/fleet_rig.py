@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from exporter.config import parse_config
@@ -78,7 +79,7 @@ class Fleet(threading.Thread):
     def run(self) -> None:
         try:
             asyncio.run(self._main())
-        except BaseException as exc:  # surfaced by the caller
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the caller
             self.error = exc
             self.ready.set()
 
@@ -205,6 +206,105 @@ receivers:
     proc = subprocess.Popen([binary, f"--config.file={workdir / 'alertmanager.yml'}",
                              f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
                              "--cluster.listen-address=", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))
+                            stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))  # noqa: SIM115 - the child owns it
     wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
     return proc, port
+
+
+def wait_health(url: str, proc, log_path, timeout: float = 60) -> None:
+    """Wait for a VictoriaMetrics component's /health; its log tells why when it exits instead."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited: " + Path(log_path).read_text(encoding="utf-8")[-2000:])
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{proc.args[0]} did not become healthy in {timeout:g} s")
+
+
+class VmStack:
+    """Debian's victoria-metrics, vmagent and vmalert on loopback: vmagent scrapes the nodes and remote-writes
+    into VictoriaMetrics, vmalert evaluates rule files against it, writes recording rules back and sends alerts
+    to Alertmanager. `rule_files` are evaluated as given, except group intervals (`interval`)."""
+
+    def __init__(self, workdir, targets: list[str], rule_files: list, alertmanager_port: int, cluster: str,
+                 scrape_interval: str = "1s", group_interval: str | None = "2s") -> None:
+        import subprocess
+
+        import yaml
+
+        from tests.conftest import free_port, need
+
+        self.workdir = workdir
+        self.procs: list = []
+        vm_port, agent_port, alert_port = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{vm_port}"
+        self.vmalert_url = f"http://127.0.0.1:{alert_port}"
+
+        def launch(binary: str, *args: str):
+            log = workdir / f"{binary}.log"
+            proc = subprocess.Popen([need(binary), *args, "-loggerLevel=WARN"], stdout=subprocess.DEVNULL,
+                                    stderr=open(log, "wb"))  # noqa: SIM115 - the child process owns it
+            self.procs.append(proc)
+            return proc, log
+
+        # latencyOffset 0: instant queries see the newest samples (the default hides the last 30 s)
+        proc, log = launch("victoria-metrics", f"-httpListenAddr=127.0.0.1:{vm_port}",
+                           f"-storageDataPath={workdir / 'vm-data'}", "-retentionPeriod=1d",
+                           "-search.latencyOffset=0s", "-search.disableCache")
+        wait_health(self.url, proc, log)
+        (workdir / "scrape.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
+            "scrape_configs": [{"job_name": "vllm-headroom", "static_configs": [{"targets": targets}]}]}))
+        proc, log = launch("vmagent", f"-httpListenAddr=127.0.0.1:{agent_port}",
+                           f"-promscrape.config={workdir / 'scrape.yml'}", f"-remoteWrite.url={self.url}/api/v1/write",
+                           f"-remoteWrite.label=cluster={cluster}", f"-remoteWrite.tmpDataPath={workdir / 'vmagent'}",
+                           "-remoteWrite.flushInterval=1s")
+        wait_health(f"http://127.0.0.1:{agent_port}", proc, log)
+        rules = []
+        for i, path in enumerate(rule_files):
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            if group_interval:
+                for group in doc.get("groups", []):
+                    group["interval"] = group_interval
+            out = workdir / f"rules-{i}-{os.path.basename(str(path))}"
+            out.write_text(yaml.safe_dump(doc, sort_keys=False))
+            rules.append(f"-rule={out}")
+        proc, log = launch("vmalert", f"-httpListenAddr=127.0.0.1:{alert_port}", *rules,
+                           f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
+                           f"-remoteRead.url={self.url}", f"-notifier.url=http://127.0.0.1:{alertmanager_port}",
+                           "-evaluationInterval=1s", "-datasource.queryStep=5s", "-remoteWrite.flushInterval=500ms",
+                           f"-external.label=cluster={cluster}")
+        wait_health(self.vmalert_url, proc, log)
+
+    def get(self, path: str, **params: str) -> dict:
+        import json
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(params)}", timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as err:  # 4xx/5xx for a bad query: the body says why
+            return json.loads(err.read())
+
+    def query(self, expr: str) -> dict:
+        return self.get("/api/v1/query", query=expr)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except Exception:  # noqa: BLE001 - a stuck process is killed, never left behind
+                proc.kill()
