@@ -78,17 +78,17 @@ def _reexported(text: str, role: str) -> dict[str, list]:
 
 def test_nixl_transfer_health_is_passed_on_with_role_and_absent_stays_absent():
     # the NIXL families as vLLM's NixlPromMetrics writes them (counters with _total, one histogram per engine)
-    decode = "".join([
-        '# TYPE vllm:nixl_num_failed_transfers counter\n',
-        'vllm:nixl_num_failed_transfers_total{engine="0",model_name="kimi-k3"} 3.0\n',
-        '# TYPE vllm:nixl_num_failed_notifications counter\n',
-        'vllm:nixl_num_failed_notifications_total{engine="0",model_name="kimi-k3"} 0.0\n',
-        '# TYPE vllm:nixl_xfer_time_seconds histogram\n',
-        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="kimi-k3"} 40.0\n',
-        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="kimi-k3"} 42.0\n',
-        'vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="kimi-k3"} 0.5\n',
-        'vllm:nixl_xfer_time_seconds_count{engine="0",model_name="kimi-k3"} 42.0\n',
-        'vllm:num_requests_running{engine="0",model_name="kimi-k3"} 4.0\n'])
+    decode = (
+        '# TYPE vllm:nixl_num_failed_transfers counter\n'
+        'vllm:nixl_num_failed_transfers_total{engine="0",model_name="kimi-k3"} 3.0\n'
+        '# TYPE vllm:nixl_num_failed_notifications counter\n'
+        'vllm:nixl_num_failed_notifications_total{engine="0",model_name="kimi-k3"} 0.0\n'
+        '# TYPE vllm:nixl_xfer_time_seconds histogram\n'
+        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="kimi-k3"} 40.0\n'
+        'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="kimi-k3"} 42.0\n'
+        'vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="kimi-k3"} 0.5\n'
+        'vllm:nixl_xfer_time_seconds_count{engine="0",model_name="kimi-k3"} 42.0\n'
+        'vllm:num_requests_running{engine="0",model_name="kimi-k3"} 4.0\n')
     got = _reexported(decode, "decode")
     failed = got["vllm:nixl_num_failed_transfers_total"]
     assert [(s.name, s.value) for s in failed] == [("vllm_headroom_nixl_failed_transfers_total", 3.0)]
