@@ -8,7 +8,7 @@ CONFIG ?=
 
 SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium victoria-metrics vmagent vmalert
 
-.PHONY: install system-deps bench-deps run demo test fuzz bench soak generate clean triage-score
+.PHONY: install system-deps bench-deps run demo test fuzz bench bench-scale soak generate clean triage-score
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ bench-deps:
 
 bench: $(STAMP) bench-deps
 	$(BIN)/python -m benchmarks.run
+
+# The fleet at scale: 64 simulated nodes -> vmagent -> VictoriaMetrics -> vmalert (and Prometheus beside it);
+# writes benchmarks/scale_results.json, the figures behind docs/scale.md. Run it with 16 nodes too for the slope.
+bench-scale: $(STAMP) system-deps
+	$(BIN)/python -m benchmarks.scale --nodes 64
 
 # The long property-test run: 25,000 inputs per property, 10^5 in all.
 fuzz: $(STAMP)
