@@ -210,7 +210,7 @@ class Daemon:
         self._log_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs")
         self._tails_polled = False
         self.gpu_owners: dict[str, tuple[str, str]] = {}
-        self.apply(self.wanted())
+        self.admit(self.wanted())
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -232,23 +232,27 @@ class Daemon:
                 out.append(sc)
         return out
 
-    def apply(self, wanted: list[ServerConfig]) -> tuple[list[str], list[ServerState]]:
-        """Make the watched servers `wanted`: new ones get state (and, once running, a scrape task), gone ones
-        are returned for the caller to stop. A server whose config changed is replaced."""
+    def retire(self, wanted: list[ServerConfig]) -> list[ServerState]:
+        """Forget the servers not in `wanted` (or whose config changed) and return them, for the caller to stop
+        their scrapes and close their tailers before `admit` starts a replacement on the same state file."""
         want = {sc.name: sc for sc in wanted}
         gone = [st for name, st in self.servers.items() if name not in want or want[name] != st.config]
         for st in gone:
             del self.servers[st.name]
+        return gone
+
+    def admit(self, wanted: list[ServerConfig]) -> list[str]:
+        """Give state to the servers of `wanted` not yet watched; returns their names."""
         added = []
-        for name, sc in want.items():
-            if name in self.servers:
+        for sc in wanted:
+            if sc.name in self.servers:
                 continue
             tailer = (LogTailer(sc.name, sc.log, self.cfg.state_dir, save_every_s=self.cfg.state_save_interval_s)
                       if sc.log else None)
-            self.servers[name] = ServerState(sc, self.cfg.prefix_cache_window_s, tailer, self.cfg.cluster)
-            added.append(name)
-        self.gpu_owners = gpu_owners(list(want.values()))
-        return added, gone
+            self.servers[sc.name] = ServerState(sc, self.cfg.prefix_cache_window_s, tailer, self.cfg.cluster)
+            added.append(sc.name)
+        self.gpu_owners = gpu_owners(wanted)
+        return added
 
     def open_gpus(self) -> None:
         g = self.cfg.gpu
@@ -315,14 +319,14 @@ class Daemon:
             await asyncio.sleep(self.cfg.kubernetes.refresh_s)
             try:
                 wanted = await loop.run_in_executor(self._log_thread, self.wanted)
-                added, gone = self.apply(wanted)
-                for st in gone:
+                for st in self.retire(wanted):
                     task = self._scrapes.pop(st.name, None)
                     if task is not None:
                         task.cancel()
-                    if st.tailer is not None:
+                    if st.tailer is not None:  # offsets and counters saved before a replacement reads them
                         await loop.run_in_executor(self._log_thread, st.tailer.close)
-                    log.info("%s: no longer on this node; not watched any more", st.name)
+                    log.info("%s: no longer on this node (or its config changed); not watched any more", st.name)
+                added = self.admit(wanted)
                 for name in added:
                     log.info("%s: found on this node (%s, role %s)", name, self.servers[name].config.safe_url,
                              self.servers[name].config.role)

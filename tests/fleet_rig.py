@@ -211,6 +211,25 @@ receivers:
     return proc, port
 
 
+def dashboard_queries(node: Any) -> list[str]:
+    """Every `expr` in a dashboard's JSON, wherever the panel or row keeps it."""
+    if isinstance(node, dict):
+        own = [node["expr"]] if isinstance(node.get("expr"), str) else []
+        return own + [e for v in node.values() for e in dashboard_queries(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in dashboard_queries(v)]
+    return []
+
+
+def fill_variables(expr: str) -> str:
+    """Grafana's variables made concrete: ranges and intervals as durations, every other variable any value."""
+    import re
+
+    expr = re.sub(r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}", "1m", expr)
+    expr = re.sub(r'(\w+)\s*=~?\s*"\$\{?\w+\}?"', r'\1=~".*"', expr)
+    return re.sub(r"\$\{?\w+\}?", ".*", expr)
+
+
 def wait_health(url: str, proc, log_path, timeout: float = 60) -> None:
     """Wait for a VictoriaMetrics component's /health; its log tells why when it exits instead."""
     import time
@@ -301,10 +320,13 @@ class VmStack:
         return self.get("/api/v1/query", query=expr)
 
     def stop(self) -> None:
+        import subprocess
+
         for proc in reversed(self.procs):
             proc.terminate()
         for proc in self.procs:
             try:
                 proc.wait(15)
-            except Exception:  # noqa: BLE001 - a stuck process is killed, never left behind
+            except subprocess.TimeoutExpired:  # a stuck process is killed, never left behind
                 proc.kill()
+                proc.wait(10)

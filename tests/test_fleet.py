@@ -156,14 +156,16 @@ def test_pods_that_come_and_go_are_picked_up_and_dropped(tmp_path):
     daemon = Daemon(cfg)
     assert daemon.servers == {}
     d = _pod(tmp_path / "pods", "inference", "vllm-0")
-    added, gone = daemon.apply(daemon.wanted())
-    assert added == ["vllm-0"] and gone == []
+    wanted = daemon.wanted()
+    assert daemon.retire(wanted) == [] and daemon.admit(wanted) == ["vllm-0"]
+    assert daemon.admit(daemon.wanted()) == []  # already watched
     for f in d.iterdir():
         f.unlink()
     d.rmdir()
     d.parent.rmdir()
-    added, gone = daemon.apply(daemon.wanted())
-    assert added == [] and [st.name for st in gone] == ["vllm-0"] and daemon.servers == {}
+    wanted = daemon.wanted()
+    assert [st.name for st in daemon.retire(wanted)] == ["vllm-0"] and daemon.admit(wanted) == []
+    assert daemon.servers == {}
 
 
 # -- three nodes, one ConfigMap, real Prometheus and Alertmanager -----------------------------------

@@ -20,7 +20,15 @@ import urllib.request
 import pytest
 
 from tests.conftest import ROOT
-from tests.fleet_rig import Fleet, Pod, VmStack, Webhook, start_alertmanager
+from tests.fleet_rig import (
+    Fleet,
+    Pod,
+    VmStack,
+    Webhook,
+    dashboard_queries,
+    fill_variables,
+    start_alertmanager,
+)
 
 NODES = 4
 DEADLINE_S = 60
@@ -141,32 +149,15 @@ def test_report_reads_victoriametrics_prometheus_api(stack, tmp_path):
     assert out.read_text().count("pd0-prefill-0") >= 1
 
 
-def _exprs(node) -> list[str]:
-    """Every `expr` in a dashboard's JSON, wherever the panel or row keeps it."""
-    if isinstance(node, dict):
-        return ([node["expr"]] if isinstance(node.get("expr"), str) else []) + \
-            [e for v in node.values() for e in _exprs(v)]
-    if isinstance(node, list):
-        return [e for v in node for e in _exprs(v)]
-    return []
-
-
-def _fill(expr: str) -> str:
-    """Grafana's variables made concrete: ranges and intervals as durations, every other variable any value."""
-    expr = re.sub(r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}", "1m", expr)
-    expr = re.sub(r'(\w+)\s*=~?\s*"\$\{?\w+\}?"', r'\1=~".*"', expr)
-    return re.sub(r"\$\{?\w+\}?", ".*", expr)
-
-
 def test_every_dashboard_query_evaluates_on_victoriametrics(stack):
     _, vm, _, _ = stack
     boards = sorted((ROOT / "dashboards").glob("*.json"))
     assert boards
     errors, count = [], 0
     for board in boards:
-        for expr in _exprs(json.loads(board.read_text())):
+        for expr in dashboard_queries(json.loads(board.read_text())):
             count += 1
-            answer = vm.query(_fill(expr))
+            answer = vm.query(fill_variables(expr))
             if answer.get("status") != "success":
                 errors.append((board.name, expr, answer.get("error")))
     assert count > 10 and not errors, errors
