@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -27,6 +28,8 @@ from tests.fleet_rig import (
     Pod,
     VmStack,
     Webhook,
+    dashboard_queries,
+    fill_variables,
     start_alertmanager,
     wait_health,
 )
@@ -158,6 +161,19 @@ def main() -> None:
         prom_groups = len(re.findall(r"^prometheus_rule_group_last_duration_seconds\{", prom_metrics, re.MULTILINE))
         agent_series = json.loads(_get(f"http://127.0.0.1:{vm2_port}/api/v1/query?query="
                                        "count(%7Bjob%3D%22vllm-headroom%22%7D)"))["data"]["result"]
+        # every dashboard query, and the weekly report, against VictoriaMetrics' Prometheus API
+        queries = [e for b in sorted((ROOT / "dashboards").glob("*.json"))
+                   for e in dashboard_queries(json.loads(b.read_text()))]
+        t0 = time.monotonic()
+        query_errors = [e for e in queries if vm.query(fill_variables(e)).get("status") != "success"]
+        dashboard_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        report = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", vm.url, "--since", "1h",
+                                 "--out", str(work / "report.html")], capture_output=True, text=True, timeout=600,
+                                check=False)
+        report_s = time.monotonic() - t0
+        report_servers = (len(json.loads((work / "report.json").read_text())["servers"])
+                          if report.returncode == 0 else None)
         urllib.request.urlopen(vm.url + "/internal/force_flush", timeout=60).read()
         time.sleep(2)
         size = _metric_sum(_get(vm.url + "/metrics"), "vm_data_size_bytes")
@@ -181,6 +197,9 @@ def main() -> None:
             if prom_iter_count else None,
             "vm_data_bytes_after_flush": size,
             "alerts_notified": len(hook.received),
+            "dashboard_queries": len(queries), "dashboard_query_errors": query_errors,
+            "dashboard_queries_s": round(dashboard_s, 2),
+            "report_exit": report.returncode, "report_servers": report_servers, "report_s": round(report_s, 1),
         }
         for key in ("vmalert_mean_iteration_s_all_groups", "prometheus_last_iteration_s_all_groups",
                     "prometheus_mean_iteration_s_all_groups"):
@@ -198,7 +217,11 @@ def main() -> None:
         fleet.stop()
         hook.close()
         for p in procs:
-            p.wait(30)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:  # a store slow to stop under load is killed, never left behind
+                p.kill()
+                p.wait(10)
         shutil.rmtree(work, ignore_errors=True)
 
 
