@@ -131,7 +131,7 @@ class HeadroomCollector:
         yield from _decorated([info], extra, owners, cluster)
         dur = _g("collect_duration_seconds", "Time this /metrics answer took to build.", [])
         dur.add_metric([], time.monotonic() - start)
-        yield dur
+        yield from _decorated([dur], extra, owners, cluster)
 
     # -- scraping ------------------------------------------------------------------------------
 

@@ -150,6 +150,40 @@ def test_a_template_giving_a_bad_role_skips_that_pod_only(tmp_path, caplog):
     assert "vllm-router-0" in caplog.text and "role 'router'" in caplog.text
 
 
+def test_check_config_says_what_this_node_would_watch(tmp_path, capsys):
+    from exporter.cli import main
+
+    _pod(tmp_path / "pods", "inference", "vllm-decode-0")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"kubernetes:\n  pod_logs: {tmp_path / 'pods'}\n  pods:\n"
+                   "    - {pod: 'vllm-(?P<role>decode|prefill)-\\d+', role: '{role}', url: 'http://{pod}.v.svc:8000/metrics'}\n")
+    assert main(["check-config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "1 pod rule(s)" in out and "vllm-decode-0 (role decode): http://vllm-decode-0.v.svc:8000/metrics" in out
+
+
+def test_a_configured_cluster_and_gpu_owners_label_every_series(tmp_path):
+    from exporter.encode import text_format
+    from exporter.gpu.fake import FakeGpuBackend
+    from exporter.gpu.sampler import GpuSampler
+
+    cfg = parse_config({"cluster": "gb300-east", "state_dir": str(tmp_path), "gpu": {"backend": "none"},
+                        "servers": [{"name": "p", "role": "prefill", "gpus": [0, 1]},
+                                    {"name": "d", "role": "decode", "gpus": [2]}]})
+    daemon = Daemon(cfg)
+    daemon.gpu = GpuSampler(FakeGpuBackend(count=4), 0.1)
+    daemon.gpu.sample_once()
+    lines = [ln for ln in text_format(daemon.registry).decode().splitlines() if ln.startswith("vllm_headroom_")]
+    assert lines and all('cluster="gb300-east"' in ln for ln in lines)
+    used = {re.search(r'gpu="(\d)"', ln)[1]: ln for ln in lines if ln.startswith("vllm_headroom_gpu_memory_used_bytes")}
+    assert 'server="p"' in used["1"] and 'role="prefill"' in used["1"]
+    assert 'server="d"' in used["2"] and 'role="decode"' in used["2"]
+    assert "server=" not in used["3"]  # a GPU no server names stays unlabelled
+    up = [ln for ln in lines if ln.startswith("vllm_headroom_target_up")]
+    assert sorted(up) == sorted(['vllm_headroom_target_up{cluster="gb300-east",role="decode",server="d"} 0.0',
+                                 'vllm_headroom_target_up{cluster="gb300-east",role="prefill",server="p"} 0.0'])
+
+
 def test_pods_that_come_and_go_are_picked_up_and_dropped(tmp_path):
     cfg = parse_config({"state_dir": str(tmp_path / "state"), "kubernetes": {
         "pod_logs": str(tmp_path / "pods"), "pods": [{"pod": "vllm-.*"}]}})
