@@ -313,3 +313,8 @@ def test_an_oom_printed_by_both_ranks_is_one_page(fleet):
                                    "server": "dsr1-decode-0", "stage": "decode"}
     pages = {n["groupKey"] for n in hook.received if n["groupLabels"].get("alertname") == "VllmRuntimeOOM"}
     assert len(pages) == 1, hook.received
+    # the generated rule fires once per rank (it keeps `instance`); aggregated over the ranks as docs/deploy.md
+    # advises, the incident is one series with the server's role
+    per_server = ('max by (job, server, role, stage) (sum by (job, instance, server, role, stage) '
+                  '(increase(vllm_headroom_oom_events_total{job="vllm-headroom", phase="runtime"}[10m]))) > 0')
+    assert list(_counts(prom, per_server, "server", "role", "stage")) == [("dsr1-decode-0", "decode", "decode")]
