@@ -278,6 +278,16 @@ def check_listen_address(v: Any) -> str:
     return _listen(v)
 
 
+def check_name(v: Any) -> str:
+    """A server name (the `server` label value); ValueError saying what is expected."""
+    return _name(v)
+
+
+def check_url(v: Any) -> str:
+    """An http(s) URL to scrape; ValueError saying what is expected."""
+    return _url(v)
+
+
 def _name(v: Any) -> str:
     if not isinstance(v, str) or not _NAME.match(v):
         raise ValueError("expected a short name of letters, digits, '.', '_', ':' or '-' (at most 64)")

@@ -22,8 +22,8 @@ from exporter.config import (
     LogSource,
     PodRule,
     ServerConfig,
-    _name,
-    _url,
+    check_name,
+    check_url,
 )
 
 log = logging.getLogger("vllm_headroom.discovery")
@@ -74,11 +74,11 @@ def servers_for(rule: PodRule, pod: PodDir, root: str) -> ServerConfig | None:
     fields = {"namespace": pod.namespace, "pod": pod.pod, "container": rule.container, "uid": pod.uid,
               **{k: v or "" for k, v in m.groupdict().items()}}
     try:
-        name = _name(_render(rule.server, fields))
+        name = check_name(_render(rule.server, fields))
         role = _render(rule.role, fields)
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
-        url = _url(_render(rule.url, fields)) if rule.url else None
+        url = check_url(_render(rule.url, fields)) if rule.url else None
     except (ValueError, KeyError) as exc:
         log.warning("pod %s/%s: skipped: %s", pod.namespace, pod.pod, exc)
         return None
