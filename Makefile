@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 CONFIG ?=
 
-SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium
+SYSTEM_TOOLS := promtool prometheus prometheus-alertmanager amtool chromium victoria-metrics vmagent vmalert
 
-.PHONY: install system-deps bench-deps run demo lint test fuzz bench soak generate clean triage-score
+.PHONY: install system-deps bench-deps run demo lint test fuzz bench bench-scale soak generate clean triage-score
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,16 +18,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The tests run the real Prometheus tools and Chromium (Debian's packages); installed here where missing.
+# The tests run the real Prometheus tools, VictoriaMetrics (victoria-metrics, vmagent, vmalert: the scale-out
+# path) and Chromium (Debian's packages); installed here where missing.
 system-deps:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's prometheus, prometheus-alertmanager and chromium (missing:$$missing)"; \
+	    echo "installing Debian's prometheus, prometheus-alertmanager, victoria-metrics and chromium (missing:$$missing)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	      prometheus prometheus-alertmanager chromium >/dev/null; \
+	      prometheus prometheus-alertmanager victoria-metrics chromium >/dev/null; \
 	  else \
-	    echo "make test needs:$$missing -- run: sudo apt-get install prometheus prometheus-alertmanager chromium" >&2; \
+	    echo "make test needs:$$missing -- run: sudo apt-get install prometheus prometheus-alertmanager victoria-metrics chromium" >&2; \
 	    exit 1; \
 	  fi; \
 	fi
@@ -64,6 +65,11 @@ bench-deps:
 
 bench: $(STAMP) bench-deps
 	$(BIN)/python -m benchmarks.run
+
+# The fleet at scale: 64 simulated nodes -> vmagent -> VictoriaMetrics -> vmalert (and Prometheus beside it);
+# writes benchmarks/scale_results.json, the figures behind docs/scale.md. Run it with 16 nodes too for the slope.
+bench-scale: $(STAMP) system-deps
+	$(BIN)/python -m benchmarks.scale --nodes 64
 
 # The long property-test run: 25,000 inputs per property, 10^5 in all.
 fuzz: $(STAMP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from exporter import __version__
@@ -56,8 +57,16 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         print(f"{args.file}: {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
         return EXIT_BAD_INPUT
     logs = sum(1 for s in cfg.servers if s.log)
-    print(f"{args.file}: OK: {len(cfg.servers)} server(s), {logs} log(s), GPU backend {cfg.gpu.backend}, "
+    k8s = cfg.kubernetes
+    found = (f", {len(k8s.pods)} pod rule(s) over {k8s.pod_logs} (re-read every {k8s.refresh_s:g}s)"
+             if k8s is not None else "")
+    print(f"{args.file}: OK: {len(cfg.servers)} server(s), {logs} log(s){found}, GPU backend {cfg.gpu.backend}, "
           f"listening on {cfg.listen_address}")
+    if k8s is not None and os.path.isdir(k8s.pod_logs):  # what this node would watch now
+        from exporter.discovery import discover
+
+        for sc in discover(k8s):
+            print(f"  {sc.name} (role {sc.role}): {sc.safe_url}; log {sc.log.path if sc.log else '-'}")
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import reprlib
+import string
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlparse, urlsplit, urlunsplit
@@ -21,6 +22,8 @@ DEFAULT_LISTEN = "0.0.0.0:9478"
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 GPU_BACKENDS = ("auto", "nvml", "amdsmi", "fake", "none")
+ROLES = ("prefill", "decode", "both")  # disaggregated serving: a prefill pool, a decode pool, or neither
+DEFAULT_POD_LOGS = "/var/log/pods"
 LOG_FORMATS = ("auto", "plain", "cri", "docker")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -115,18 +118,48 @@ class LogSource:
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """One vLLM server as seen from this node. `url` is None for a rank whose API server runs on another node
+    (a worker of a server that spans nodes): its log is followed, nothing is scraped."""
+
     name: str
-    url: str = DEFAULT_URL
+    url: str | None = DEFAULT_URL
     interval_s: float = 5.0
     timeout_s: float = 3.0
     # vLLM with 32 DP engines answers ~360 KB (the simulator's payload in benchmarks/bench_parse.py); 4 MiB leaves
     # room for ten times that, and bounds the memory and parse time a misbehaving target can cost
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     log: LogSource | None = None
+    role: str = "both"
+    gpus: tuple[int, ...] | str = ()  # GPU indices on this node the server uses, or "all"
 
     @property
     def safe_url(self) -> str:
-        return redact_url(self.url)
+        return redact_url(self.url) if self.url else "<no url: log only>"
+
+
+@dataclass(frozen=True)
+class PodRule:
+    """Which pods on this node are vLLM servers, and what each becomes (see exporter/discovery.py)."""
+
+    namespace: str = ".*"  # regular expressions, matched in full
+    pod: str = ".*"
+    container: str = "vllm"
+    server: str = "{pod}"  # templates: {namespace} {pod} {container} and the pod pattern's named groups
+    role: str = "both"
+    url: str | None = None
+    interval_s: float = 5.0
+    timeout_s: float = 3.0
+    log_format: str = "cri"
+    gpus: tuple[int, ...] | str = "all"
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Discovery of the vLLM pods on this node from the kubelet's log directories (one DaemonSet pod per node)."""
+
+    pod_logs: str = DEFAULT_POD_LOGS
+    refresh_s: float = 30.0
+    pods: tuple[PodRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +192,8 @@ class Config:
     state_save_interval_s: float = 10.0  # offsets and counters saved together; a kill re-reads since the last save
     web_config_file: str | None = None
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    cluster: str | None = None  # added as a `cluster` label when set; else Prometheus' external labels carry it
+    kubernetes: KubernetesConfig | None = None
     source: str = "<defaults>"
 
 
@@ -243,10 +278,53 @@ def check_listen_address(v: Any) -> str:
     return _listen(v)
 
 
+def check_name(v: Any) -> str:
+    """A server name (the `server` label value); ValueError saying what is expected."""
+    return _name(v)
+
+
+def check_url(v: Any) -> str:
+    """An http(s) URL to scrape; ValueError saying what is expected."""
+    return _url(v)
+
+
 def _name(v: Any) -> str:
     if not isinstance(v, str) or not _NAME.match(v):
         raise ValueError("expected a short name of letters, digits, '.', '_', ':' or '-' (at most 64)")
     return v
+
+
+def _gpus(v: Any) -> tuple[int, ...] | str:
+    if v == "all":
+        return "all"
+    if (not isinstance(v, list) or not v or
+            not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1024 for x in v)):
+        raise ValueError("expected all, or a list of GPU indices on this node such as [0, 1, 2, 3]")
+    if len(set(v)) != len(v):
+        raise ValueError("expected each GPU index once")
+    return tuple(v)
+
+
+def _regex(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError("expected a regular expression")
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"expected a valid regular expression ({exc})") from None
+    return v
+
+
+def _template_or_null(v: Any) -> str | None:
+    return None if v is None else _string(v)
+
+
+def template_fields(template: str) -> list[str]:
+    """The {placeholders} a template names; ValueError when it is malformed."""
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"malformed template ({exc})") from None
 
 
 def _model_list(v: Any) -> tuple[str, ...]:
@@ -300,12 +378,24 @@ def _shown(key: str, value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _check_gpu_claims(r: _Reader, servers: list[ServerConfig]) -> None:
+    """A GPU belongs to one server on a node: its series carry that server's name and role."""
+    claimed: dict[int, str] = {}
+    for i, sc in enumerate(servers):
+        for gpu in (sc.gpus if isinstance(sc.gpus, tuple) else ()):
+            if gpu in claimed:
+                r.problem(f"servers[{i}].gpus", f"GPU {gpu} is already used by server {claimed[gpu]!r}")
+            claimed[gpu] = sc.name
+    if sum(1 for sc in servers if sc.gpus == "all") > 1 or (claimed and any(sc.gpus == "all" for sc in servers)):
+        r.problem("servers", "gpus: all may be given to one server only, and then no other server names GPUs")
+
+
 def parse_config(data: Any, source: str = "<config>") -> Config:
     r = _Reader(source)
     top = r.section(data, "", {
         "listen_address": _listen, "servers": lambda v: v, "gpu": lambda v: v, "windows": lambda v: v,
         "state_dir": _string, "state_save_interval": _duration, "web_config_file": _string,
-        "environment": lambda v: v,
+        "environment": lambda v: v, "cluster": _name, "kubernetes": lambda v: v,
     })
     servers: list[ServerConfig] = []
     raw_servers = top.get("servers", None)
@@ -316,8 +406,9 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     for i, item in enumerate(raw_servers or []):
         path = f"servers[{i}]"
         s = r.section(item, path, {
-            "name": _name, "url": _url, "interval": _duration, "timeout": _duration,
-            "max_response_bytes": _size, "log": lambda v: v,
+            "name": _name, "url": lambda v: None if v is None else _url(v), "interval": _duration,
+            "timeout": _duration, "max_response_bytes": _size, "log": lambda v: v, "role": _one_of(ROLES),
+            "gpus": _gpus,
         })
         if isinstance(item, dict) and "name" not in item:
             r.problem(f"{path}.name", "missing: every server needs a name (it becomes the `server` label)")
@@ -340,9 +431,15 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         timeout = s.get("timeout", min(3.0, interval))
         if timeout > interval:
             r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
-        servers.append(ServerConfig(name=name or f"server{i}", url=s.get("url", DEFAULT_URL), interval_s=interval,
+        url = s.get("url", DEFAULT_URL)
+        if isinstance(item, dict) and "url" in item and url is None and "log" not in item:
+            r.problem(f"{path}.url", "null (a rank whose API server runs on another node) needs a log to follow")
+        servers.append(ServerConfig(name=name or f"server{i}", url=url, interval_s=interval,
                                     timeout_s=timeout, max_response_bytes=s.get("max_response_bytes",
-                                                                                DEFAULT_MAX_RESPONSE_BYTES), log=log))
+                                                                                DEFAULT_MAX_RESPONSE_BYTES), log=log,
+                                    role=s.get("role", "both"), gpus=s.get("gpus", ())))
+    _check_gpu_claims(r, servers)
+    kubernetes = _kubernetes(r, top.get("kubernetes")) if "kubernetes" in top else None
     g = r.section(top.get("gpu"), "gpu", {
         "backend": _one_of(GPU_BACKENDS), "sample_interval": _duration, "fake_count": _positive_int,
         "fake_model": _string, "fake_total_bytes": _size,
@@ -357,7 +454,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     defaults = Config()
     return Config(
         listen_address=top.get("listen_address", DEFAULT_LISTEN),
-        servers=tuple(servers) if servers else defaults.servers,
+        servers=tuple(servers) if servers or kubernetes else defaults.servers,
         gpu=GpuConfig(**{k2: g[k1] for k1, k2 in (("backend", "backend"), ("sample_interval", "sample_interval_s"),
                                                    ("fake_count", "fake_count"), ("fake_model", "fake_model"),
                                                    ("fake_total_bytes", "fake_total_bytes")) if k1 in g}),
@@ -366,8 +463,59 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         state_save_interval_s=top.get("state_save_interval", defaults.state_save_interval_s),
         web_config_file=top.get("web_config_file"),
         environment=EnvironmentConfig(**e),
+        cluster=top.get("cluster"),
+        kubernetes=kubernetes,
         source=source,
     )
+
+
+_POD_FIELDS = ("namespace", "pod", "container", "uid")
+
+
+def _kubernetes(r: _Reader, data: Any) -> KubernetesConfig | None:
+    """The `kubernetes` section: where the kubelet keeps pod logs and which pods are vLLM servers."""
+    k = r.section(data, "kubernetes", {"pod_logs": _string, "refresh": _duration, "pods": lambda v: v})
+    raw = k.get("pods")
+    if not isinstance(raw, list) or not raw:
+        r.problem("kubernetes.pods", "expected a non-empty list of pod rules, each with at least a pod pattern")
+        return None
+    rules = []
+    for i, item in enumerate(raw):
+        path = f"kubernetes.pods[{i}]"
+        p = r.section(item, path, {
+            "namespace": _regex, "pod": _regex, "container": _name, "server": _string, "role": _string,
+            "url": _template_or_null, "interval": _duration, "timeout": _duration, "log_format": _one_of(LOG_FORMATS),
+            "gpus": _gpus,
+        })
+        if isinstance(item, dict) and "pod" not in item:
+            r.problem(f"{path}.pod", "missing: a regular expression for the pod names (named groups become "
+                                     "template fields)")
+        groups = list(re.compile(p["pod"]).groupindex) if "pod" in p else []
+        for key in ("server", "role", "url"):
+            template = p.get(key)
+            if not template:
+                continue
+            try:
+                unknown = [f for f in template_fields(template) if f not in _POD_FIELDS and f not in groups]
+            except ValueError as exc:
+                r.problem(f"{path}.{key}", f"{exc}, got {_shown(key, template)}")
+                continue
+            if unknown:
+                r.problem(f"{path}.{key}", f"unknown template field(s) {', '.join(unknown)}: expected "
+                          f"{', '.join(_POD_FIELDS + tuple(groups))}")
+        role = p.get("role", "both")
+        if "{" not in role and role not in ROLES:
+            r.problem(f"{path}.role", f"expected one of {', '.join(ROLES)} or a template, got {_shown('role', role)}")
+        interval = p.get("interval", 5.0)
+        timeout = p.get("timeout", min(3.0, interval))
+        if timeout > interval:
+            r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
+        rules.append(PodRule(namespace=p.get("namespace", ".*"), pod=p.get("pod", ".*"),
+                             container=p.get("container", "vllm"), server=p.get("server", "{pod}"), role=role,
+                             url=p.get("url"), interval_s=interval, timeout_s=timeout,
+                             log_format=p.get("log_format", "cri"), gpus=p.get("gpus", "all")))
+    return KubernetesConfig(pod_logs=k.get("pod_logs", DEFAULT_POD_LOGS), refresh_s=k.get("refresh", 30.0),
+                            pods=tuple(rules))
 
 
 def load_config(path: str) -> Config:

@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.config import Config
+from exporter.config import Config, ServerConfig
 from exporter.gpu.base import GpuUnavailable
 from exporter.gpu.choose import open_backend
 from exporter.gpu.sampler import GpuSampler
@@ -35,20 +35,58 @@ class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.servers: dict[str, ServerState] = {}
-        for sc in cfg.servers:
-            tailer = LogTailer(sc.name, sc.log, cfg.state_dir, save_every_s=cfg.state_save_interval_s) if sc.log else None
-            self.servers[sc.name] = ServerState(sc, cfg.prefix_cache_window_s, tailer)
         self.gpu: GpuSampler | None = None
         self._tasks: list[asyncio.Task] = []
+        self._scrapes: dict[str, asyncio.Task] = {}
+        self._session: aiohttp.ClientSession | None = None
         # One thread does every log read and every state save, so a poll still running when the tail task is
         # cancelled finishes before close() saves: never two writers of one state file.
         self._log_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logs")
         self._tails_polled = False
+        self.gpu_owners: dict[str, tuple[str, str]] = {}
+        self.admit(self.wanted())
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.registry.register(HeadroomCollector(self))
+
+    def wanted(self) -> list[ServerConfig]:
+        """The configured servers, then the vLLM pods found on this node (a configured name wins)."""
+        out = list(self.cfg.servers)
+        if self.cfg.kubernetes is not None:
+            from exporter.discovery import discover
+
+            names = {sc.name for sc in out}
+            for sc in discover(self.cfg.kubernetes):
+                if sc.name in names:
+                    log.warning("discovered server %r has the name of a configured one: the configured one "
+                                "is kept", sc.name)
+                    continue
+                out.append(sc)
+        return out
+
+    def retire(self, wanted: list[ServerConfig]) -> list[ServerState]:
+        """Forget the servers not in `wanted` (or whose config changed) and return them, for the caller to stop
+        their scrapes and close their tailers before `admit` starts a replacement on the same state file."""
+        want = {sc.name: sc for sc in wanted}
+        gone = [st for name, st in self.servers.items() if name not in want or want[name] != st.config]
+        for st in gone:
+            del self.servers[st.name]
+        return gone
+
+    def admit(self, wanted: list[ServerConfig]) -> list[str]:
+        """Give state to the servers of `wanted` not yet watched; returns their names."""
+        added = []
+        for sc in wanted:
+            if sc.name in self.servers:
+                continue
+            tailer = (LogTailer(sc.name, sc.log, self.cfg.state_dir, save_every_s=self.cfg.state_save_interval_s)
+                      if sc.log else None)
+            self.servers[sc.name] = ServerState(sc, self.cfg.prefix_cache_window_s, tailer, self.cfg.cluster)
+            added.append(sc.name)
+        self.gpu_owners = gpu_owners(wanted)
+        return added
 
     def open_gpus(self) -> None:
         g = self.cfg.gpu
@@ -62,7 +100,7 @@ class Daemon:
             self.gpu = GpuSampler(backend, g.sample_interval_s)
 
     def ready(self) -> bool:
-        scraped = all(s.scrapes > 0 for s in self.servers.values())
+        scraped = all(s.scrapes > 0 or s.config.url is None for s in self.servers.values())
         tails = self._tails_polled or not any(s.tailer for s in self.servers.values())
         return scraped and tails
 
@@ -81,23 +119,56 @@ class Daemon:
             self.open_gpus()
         if self.gpu is not None:
             self.gpu.start()
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), auto_decompress=True)
+        session = self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
+                                                        auto_decompress=True)
         for s in self.servers.values():
-            self._tasks.append(asyncio.create_task(self._scrape_loop(session, s), name=f"scrape-{s.name}"))
-        if any(s.tailer for s in self.servers.values()):
+            self._start_scrape(s)
+        if any(s.tailer for s in self.servers.values()) or self.cfg.kubernetes is not None:
             self._tasks.append(asyncio.create_task(self._tail_loop(), name="tail"))
+        if self.cfg.kubernetes is not None:
+            self._tasks.append(asyncio.create_task(self._discovery_loop(), name="discovery"))
         try:
             yield
         finally:
-            for t in self._tasks:
+            tasks = self._tasks + list(self._scrapes.values())
+            for t in tasks:
                 t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await session.close()
             await asyncio.get_running_loop().run_in_executor(self._log_thread, self.close_tailers)
             self._log_thread.shutdown(wait=True)
             if self.gpu is not None:
                 self.gpu.stop()
             log.info("stopped; log offsets saved")
+
+    def _start_scrape(self, s: ServerState) -> None:
+        if s.config.url is not None and self._session is not None:
+            self._scrapes[s.name] = asyncio.create_task(self._scrape_loop(self._session, s), name=f"scrape-{s.name}")
+
+    async def _discovery_loop(self) -> None:
+        """Look for this node's vLLM pods again every `kubernetes.refresh`: pods come, go and move."""
+        assert self.cfg.kubernetes is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.cfg.kubernetes.refresh_s)
+            try:
+                wanted = await loop.run_in_executor(self._log_thread, self.wanted)
+                for st in self.retire(wanted):
+                    task = self._scrapes.pop(st.name, None)
+                    if task is not None:
+                        task.cancel()
+                    if st.tailer is not None:  # offsets and counters saved before a replacement reads them
+                        await loop.run_in_executor(self._log_thread, st.tailer.close)
+                    log.info("%s: no longer on this node (or its config changed); not watched any more", st.name)
+                added = self.admit(wanted)
+                for name in added:
+                    log.info("%s: found on this node (%s, role %s)", name, self.servers[name].config.safe_url,
+                             self.servers[name].config.role)
+                    self._start_scrape(self.servers[name])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("unexpected error while discovering pods")
 
     def close_tailers(self) -> None:
         """Save every log position; runs on the log thread, after any poll still in flight there."""
@@ -110,6 +181,7 @@ class Daemon:
         while True:
             started = time.monotonic()
             try:
+                assert s.config.url is not None  # log-only servers get no scrape task
                 result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes)
                 s.update(result, started)
             except asyncio.CancelledError:
@@ -119,11 +191,9 @@ class Daemon:
             await asyncio.sleep(max(0.0, s.config.interval_s - (time.monotonic() - started)))
 
     async def _tail_loop(self) -> None:
-        tailers = [s.tailer for s in self.servers.values() if s.tailer]
-
         loop = asyncio.get_running_loop()
 
-        def poll_all(due: list[LogTailer]) -> None:
+        def poll_all(tailers: list[LogTailer], due: list[LogTailer]) -> None:
             for t in tailers:
                 if t in due:
                     t.poll()
@@ -132,14 +202,29 @@ class Daemon:
 
         while True:
             try:
+                tailers = [s.tailer for s in list(self.servers.values()) if s.tailer]
                 due = [t for t in tailers if t.needs_poll()]  # stats here; reads and saves on the log thread
-                await loop.run_in_executor(self._log_thread, poll_all, due)
+                await loop.run_in_executor(self._log_thread, poll_all, tailers, due)
                 self._tails_polled = True
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("unexpected error while following logs")
             await asyncio.sleep(TAIL_INTERVAL_S)
+
+
+def gpu_owners(servers: list[ServerConfig]) -> dict[str, tuple[str, str]]:
+    """GPU index (as the `gpu` label has it) -> (server, role): the indices servers name, or every GPU for the
+    one server that says `all` when no server names indices."""
+    owners: dict[str, tuple[str, str]] = {}
+    for sc in servers:
+        if isinstance(sc.gpus, tuple):
+            for g in sc.gpus:
+                owners.setdefault(str(g), (sc.name, sc.role))
+    alls = [sc for sc in servers if sc.gpus == "all"]
+    if not owners and len(alls) == 1:
+        return {"*": (alls[0].name, alls[0].role)}
+    return owners
 
 
 def _host_port(listen: str) -> tuple[str, int]:

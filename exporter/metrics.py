@@ -7,7 +7,7 @@ Every name carries the `vllm_headroom_` prefix and base units; counters end in `
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -51,6 +51,31 @@ def _c(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=labels)
 
 
+def _decorated(families: Iterable[Metric], extra: dict[str, dict[str, str]],
+               owners: dict[str, tuple[str, str]], cluster: str | None) -> Iterator[Metric]:
+    """Fleet labels added in one place: `role` (and `cluster` when configured) beside every `server`, and on a
+    GPU's series the server that uses it (config `gpus`), so a server spanning nodes is one `server` on all of
+    its GPUs and a prefill pool's GPUs are told from a decode pool's."""
+    for fam in families:
+        out = []
+        for s in fam.samples:
+            labels = s.labels
+            server = labels.get("server")
+            if server is not None:
+                add = extra.get(server)
+            elif "gpu" in labels and owners:
+                owner = owners.get(labels["gpu"]) or owners.get("*")
+                add = {"server": owner[0], "role": owner[1]} if owner else None
+            else:
+                add = None
+            if add or cluster:
+                labels = {**labels, **(add or {}), **({"cluster": cluster} if cluster else {})}
+                s = s._replace(labels=labels)
+            out.append(s)
+        fam.samples = out
+        yield fam
+
+
 class HeadroomCollector:
     def __init__(self, daemon: "DaemonView") -> None:
         self.d = daemon
@@ -61,19 +86,22 @@ class HeadroomCollector:
     def collect(self) -> Iterator[Metric]:
         start = time.monotonic()
         states = list(self.d.servers.values())
-        yield from self._targets(states)
-        yield from self._logs(states)
+        extra = {st.name: st.extra_labels for st in states}
+        owners = self.d.gpu_owners
+        cluster = self.d.cfg.cluster
+        yield from _decorated(self._targets(states), extra, owners, cluster)
+        yield from _decorated(self._logs(states), extra, owners, cluster)
         facts = {st.name: st.log_facts() for st in states}  # one copy per scrape, under the tailer's lock
-        yield from self._kv(states, facts)
-        yield from self._reexport(states)
-        yield from self._gpus()
-        yield from self._environment(states, facts)
+        yield from _decorated(self._kv(states, facts), extra, owners, cluster)
+        yield from self._reexport(states)  # rendered with the labels already
+        yield from _decorated(self._gpus(), extra, owners, cluster)
+        yield from _decorated(self._environment(states, facts), extra, owners, cluster)
         info = _g("build_info", "vllm-headroom's version; always 1.", ["version"])
         info.add_metric([__version__], 1)
-        yield info
+        yield from _decorated([info], extra, owners, cluster)
         dur = _g("collect_duration_seconds", "Time this /metrics answer took to build.", [])
         dur.add_metric([], time.monotonic() - start)
-        yield dur
+        yield from _decorated([dur], extra, owners, cluster)
 
     # -- scraping ------------------------------------------------------------------------------
 
@@ -86,6 +114,8 @@ class HeadroomCollector:
         dropped = _c("series_dropped", "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
                      "beyond the cap of 64, re-exported samples beyond 20000 per server.", ["server"])
         for st in states:
+            if st.config.url is None:  # a rank whose API server another node's exporter scrapes
+                continue
             up.add_metric([st.name], 1 if st.up else 0)
             if st.scrapes:
                 dur.add_metric([st.name], st.last_duration)

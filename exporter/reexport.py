@@ -24,8 +24,10 @@ def reexport_families() -> dict[str, tuple[str, str]]:
     return out
 
 
-def render_reexport(server: str, series: dict) -> dict[str, tuple[list, str]]:
-    """One server's re-exported samples and their text lines, per wire family."""
+def render_reexport(server: str, series: dict, extra: dict[str, str] | None = None) -> dict[str, tuple[list, str]]:
+    """One server's re-exported samples and their text lines, per wire family; `extra` labels (role, cluster)
+    go on every sample."""
+    extra = extra or {}
     out = {}
     for wire, (base, typ) in reexport_families().items():
         name = PREFIX + base
@@ -34,7 +36,7 @@ def render_reexport(server: str, series: dict) -> dict[str, tuple[list, str]]:
         for part in parts:
             source = series.get(wire + part if typ == "histogram" else wire, ())
             for s in source:
-                labels = {"server": server, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
+                labels = {"server": server, **extra, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
                 samples.append(PCSample(name + part, labels, s.value, None, None))
         lines = [sample_line(x.name, x.labels, x.value, None) for x in samples]
         out[wire] = (samples, "".join(lines))

@@ -40,9 +40,12 @@ def _reexported_keys() -> tuple[str, ...]:
 class ServerState:
     """What is known of one vLLM server: its last scrape, windows over its counters, its log."""
 
-    def __init__(self, config: ServerConfig, window_s: float, tailer: LogTailer | None) -> None:
+    def __init__(self, config: ServerConfig, window_s: float, tailer: LogTailer | None,
+                 cluster: str | None = None) -> None:
         self.config = config
         self.name = config.name
+        # labels every series of this server carries besides `server`: its role, and the cluster when configured
+        self.extra_labels = {"role": config.role, **({"cluster": cluster} if cluster else {})}
         self.tailer = tailer
         self.window_s = window_s
         self.up = False
@@ -66,7 +69,7 @@ class ServerState:
         self.last_size = result.size_bytes
         if not result.ok:
             self.errors[result.reason or "other"] += 1
-            detail = redact_text(result.detail, self.config.url)
+            detail = redact_text(result.detail, self.config.url or "")
             if self.up:
                 log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason,
                             detail)
@@ -160,7 +163,7 @@ class ServerState:
 
     def reexported(self) -> dict:
         if self._rendered is None:
-            self._rendered = render_reexport(self.name, self.series)
+            self._rendered = render_reexport(self.name, self.series, self.extra_labels)
         return self._rendered
 
     def hit_ratios(self) -> dict[str, float]:
@@ -189,5 +192,6 @@ class DaemonView(Protocol):
     cfg: Config
     servers: dict[str, ServerState]
     gpu: GpuSampler | None
+    gpu_owners: dict[str, tuple[str, str]]  # GPU index (or "*") -> (server, role) that uses it
 
     def ready(self) -> bool: ...

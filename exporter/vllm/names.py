@@ -34,12 +34,21 @@ REEXPORT: dict[str, tuple[str, str]] = {
     "vllm:prefix_cache_hits_total": ("prefix_cache_hits_tokens_total", "counter"),
     "vllm:external_prefix_cache_queries_total": ("external_prefix_cache_queries_tokens_total", "counter"),
     "vllm:external_prefix_cache_hits_total": ("external_prefix_cache_hits_tokens_total", "counter"),
+    # KV transfer between a prefill and a decode pool (P/D disaggregation) with the NIXL connector: vLLM's
+    # NixlPromMetrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, later nixl/stats.py),
+    # exported since vLLM PR #26811 (merged 2025-10-28: releases from 0.11.1 on); kv_expired_reqs since PR
+    # #32340 (2026-01-14), counted on the prefill instance. Only a server running NixlConnector has them:
+    # absent elsewhere, never 0. Other connectors (LMCache, Mooncake) export their own names, not read here.
+    "vllm:nixl_num_failed_transfers_total": ("nixl_failed_transfers_total", "counter"),
+    "vllm:nixl_num_failed_notifications_total": ("nixl_failed_notifications_total", "counter"),
+    "vllm:nixl_num_kv_expired_reqs_total": ("nixl_kv_expired_requests_total", "counter"),
 }
 # The histograms the dashboards and rules use (TTFT and queue time); each costs ~25 series per
 # engine, so the others (inter-token latency, e2e latency) are left to a direct vLLM scrape.
 REEXPORT_HISTOGRAMS: dict[str, str] = {
     "vllm:time_to_first_token_seconds": "time_to_first_token_seconds",
     "vllm:request_queue_time_seconds": "request_queue_time_seconds",
+    "vllm:nixl_xfer_time_seconds": "nixl_transfer_time_seconds",  # per KV transfer, NIXL only (see above)
 }
 KV_USAGE = "vllm:kv_cache_usage_perc"
 CACHE_CONFIG = "vllm:cache_config_info"
