@@ -90,8 +90,10 @@ def collect(prom: Prometheus, since_s: float, end: float, t: Thresholds | None =
     start = end - since_s
     step = max(60.0, since_s / 2000)
     window = f"{int(since_s)}s"
-    servers = sorted({r["metric"]["server"] for r in prom.query(f"last_over_time(vllm_headroom_target_up[{window}])",
-                                                                end)})
+    up = prom.query(f"last_over_time(vllm_headroom_target_up[{window}])", end)
+    servers = sorted({r["metric"]["server"] for r in up})
+    # where each server runs and what it does: `cluster` (config or external label) and `role` (prefill / decode)
+    placement = {r["metric"]["server"]: (r["metric"].get("cluster", ""), r["metric"].get("role", "")) for r in up}
     env_info = prom.query(f"last_over_time(vllm_headroom_environment_info[{window}])", end)
     checks = {r["metric"]["check"]: float(r["value"][1]) for r in
               prom.query(f"min by (check) (last_over_time(vllm_headroom_environment_check[{window}]))", end)}
@@ -138,7 +140,7 @@ def collect(prom: Prometheus, since_s: float, end: float, t: Thresholds | None =
                   if k not in ("__name__", "job", "instance", "server") and v}
         v = verdict[0]["metric"] if verdict else {}
         entry = {
-            "server": name,
+            "server": name, "cluster": placement[name][0], "role": placement[name][1],
             "verdict": v.get("verdict"), "reason": v.get("reason"),
             "headroom_per_day": _per_day(head_pts),
             "headroom_min": min((h for _, h in head_pts), default=None),
@@ -236,7 +238,8 @@ def render_html(report: dict[str, Any], t: Thresholds | None = None) -> str:
     def row(s: dict[str, Any]) -> str:
         low = "" if s["headroom_min"] is None else f"{s['headroom_min']:.0%}"
         stable = "" if s["stable_concurrency"] is None else f"{s['stable_concurrency']:g}"
-        return (f"<tr class='{e(s['verdict'] or 'unknown')}'><td>{e(s['server'])}</td>"
+        return (f"<tr class='{e(s['verdict'] or 'unknown')}'><td>{e(s['server'])}</td><td>{e(s.get('cluster', ''))}</td>"
+                f"<td>{e(s.get('role', ''))}</td>"
                 f"<td><b>{e(VERDICT_TEXT.get(s['verdict'] or '', 'no verdict yet'))}</b></td>"
                 f"<td>{e(REASON_TEXT.get(s['reason'] or '', s['reason'] or ''))}</td><td>{low}</td>"
                 f"<td>{len(s['oom_events'])}</td><td>{stable}</td></tr>")
@@ -283,7 +286,7 @@ section {{ page-break-before: always; }} svg {{ max-width: 100%; height: auto; }
 <h1>vLLM capacity review</h1>
 <p>{start} to {end} UTC, from {e(report['prometheus'])}; generated {e(report['generated_at'])}.</p>
 <h2>Verdicts</h2>
-<table id="verdicts"><tr><th>server</th><th>verdict</th><th>why</th><th>KV headroom min</th><th>OOM events</th>
+<table id="verdicts"><tr><th>server</th><th>cluster</th><th>role</th><th>verdict</th><th>why</th><th>KV headroom min</th><th>OOM events</th>
 <th>stable concurrency</th></tr>{rows}</table>
 <h2>Environment</h2><p>{info}</p>
 <table><tr><th>check</th><th></th></tr>{checks}</table>

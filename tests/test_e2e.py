@@ -188,7 +188,7 @@ def test_each_scenario_raises_its_alerts_and_no_others(stack):
 
 def _substitute(expr: str, server: str) -> str:
     return (expr.replace('"$server"', f'"{server}"').replace("$__rate_interval", "10s")
-            .replace("$job", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+            .replace("$job", ".*").replace("$cluster", ".*").replace("$role", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
 
 
 def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):

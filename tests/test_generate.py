@@ -147,14 +147,14 @@ def test_bad_thresholds_are_refused(tmp_path):
 
 def _substitute(expr: str) -> str:
     return (expr.replace('"$server"', '"prefill-0"').replace("$__rate_interval", "1m")
-            .replace("$job", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+            .replace("$job", ".*").replace("$cluster", ".*").replace("$role", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
 
 
 def test_dashboards_lint():
     for name, board in dashboards(DEFAULT).items():
         assert board["uid"] == name
         names = [v["name"] for v in board["templating"]["list"]]
-        assert names[0] == "datasource" and {"job", "instance", "server", "model"} <= set(names)
+        assert names[0] == "datasource" and {"job", "cluster", "role", "instance", "server", "model"} <= set(names)
         for panel in board["panels"]:
             if panel.get("type") == "row":
                 continue

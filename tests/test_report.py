@@ -56,6 +56,7 @@ def test_report_from_a_backfilled_week(week):
     data = json.loads((d / "report.json").read_text())
     by = {s["server"]: s for s in data["servers"]}
     assert sorted(by) == facts["servers"]
+    assert {(s["cluster"], s["role"]) for s in by.values()} == {("", "both")}  # no cluster configured; role default
     assert (by["steady"]["verdict"], by["steady"]["reason"]) == ("tune_and_keep", "stable_headroom")
     # one runtime OOM: reduce, replay and watch (the guide), not scale at once
     assert (by["shrinking"]["verdict"], by["shrinking"]["reason"]) == ("monitor_and_operate", "runtime_oom")

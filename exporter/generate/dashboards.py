@@ -29,9 +29,9 @@ from grafanalib.core import (
 from exporter.generate.thresholds import Thresholds
 
 DS = "${datasource}"
-SEL = 'job=~"$job", instance=~"$instance", server=~"$server"'
-NODE = 'job=~"$job", instance=~"$instance"'
-ONE = 'job=~"$job", instance=~"$instance", server="$server"'
+SEL = 'job=~"$job", cluster=~"$cluster", role=~"$role", instance=~"$instance", server=~"$server"'
+NODE = 'job=~"$job", cluster=~"$cluster", instance=~"$instance"'
+ONE = 'job=~"$job", cluster=~"$cluster", instance=~"$instance", server="$server"'
 
 
 def _templates(multi_server: bool = True) -> Templating:
@@ -39,11 +39,17 @@ def _templates(multi_server: bool = True) -> Templating:
         Template(name="datasource", query="prometheus", type="datasource", label="Data source", default=None),
         Template(name="job", query='label_values(vllm_headroom_build_info, job)', dataSource=DS, label="Job",
                  includeAll=True, multi=True, default="vllm-headroom"),
+        # `cluster` and `role` may be absent (one cluster; servers not split into prefill and decode): "All" is
+        # `.*`, which also matches a series without the label
+        Template(name="cluster", query='label_values(vllm_headroom_target_up{job=~"$job"}, cluster)', dataSource=DS,
+                 label="Cluster", includeAll=True, multi=True, allValue=".*"),
+        Template(name="role", query='label_values(vllm_headroom_target_up{job=~"$job", cluster=~"$cluster"}, role)',
+                 dataSource=DS, label="Role", includeAll=True, multi=True, allValue=".*"),
         Template(name="instance", query='label_values(vllm_headroom_build_info{job=~"$job"}, instance)',
                  dataSource=DS, label="Node", includeAll=True, multi=True),
-        Template(name="server", query='label_values(vllm_headroom_target_up{job=~"$job", instance=~"$instance"}, '
-                                      'server)', dataSource=DS, label="vLLM server", includeAll=multi_server,
-                 multi=multi_server),
+        Template(name="server", query='label_values(vllm_headroom_target_up{job=~"$job", cluster=~"$cluster", '
+                                      'role=~"$role", instance=~"$instance"}, server)', dataSource=DS,
+                 label="vLLM server", includeAll=multi_server, multi=multi_server),
         Template(name="model", query='label_values(vllm_headroom_kv_cache_usage_ratio{job=~"$job", '
                                      'server=~"$server"}, model_name)', dataSource=DS, label="Model",
                  includeAll=True, multi=True),
@@ -147,12 +153,12 @@ def capacity(t: Thresholds) -> Dashboard:
               transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True,
                                                                                 "__name__": True}}}]),
         BarGauge(title="KV-cache headroom, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 0, 8), targets=[
-            _t(f"server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d{{{SEL}}}", "{{server}}", instant=True)],
+            _t(f"server:vllm_headroom_kv_cache_headroom_ratio:min_over_time7d{{{SEL}}}", "{{server}} {{role}}", instant=True)],
                  format="percentunit", min=0, max=1,
                  description="Near 0 is normal for a busy server: vLLM fills its budget with KV cache."),
         BarGauge(title="Share of the week with requests waiting for KV capacity",
                  dataSource=DS, gridPos=GridPos(8, 8, 8, 8), targets=[
-                     _t(f"server:vllm_headroom_requests_waiting_capacity:ratio7d{{{SEL}}}", "{{server}}",
+                     _t(f"server:vllm_headroom_requests_waiting_capacity:ratio7d{{{SEL}}}", "{{server}} {{role}}",
                         instant=True)], format="percentunit", min=0, max=1, thresholds=queue,
                  description="Over the red line puts the server on the scale side of the verdict."),
         BarGauge(title="GPU memory headroom on peaks, 7-day minimum", dataSource=DS, gridPos=GridPos(8, 8, 16, 8),
@@ -161,10 +167,10 @@ def capacity(t: Thresholds) -> Dashboard:
                  description="(total - peak) / total: compare with 1 - gpu_memory_utilization, the share vLLM "
                              "leaves free by design."),
         BarGauge(title="Memory failures by stage, 7 days", dataSource=DS, gridPos=GridPos(8, 12, 0, 16), targets=[
-            _t(f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
-               "{{server}} {{phase}}: {{stage}}", instant=True)], format="short", min=0, max=10),
+            _t(f"sum by (server, role, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
+               "{{server}} {{role}} {{phase}}: {{stage}}", instant=True)], format="short", min=0, max=10),
         _ts("Prefix-cache hit ratio, daily", [_t(
-            f"{t.hit_ratio_baseline}{{{SEL}}}", "{{server}}")], (8, 12, 12, 16),
+            f"{t.hit_ratio_baseline}{{{SEL}}}", "{{server}} {{role}}")], (8, 12, 12, 16),
             "percentunit", vmin=0, vmax=1, style="line"),
         _ts("Concurrency against KV-cache headroom", [
             _t(f"server:vllm_headroom_requests_running:sum{{{SEL}}}", "{{server}} running requests"),
@@ -172,7 +178,7 @@ def capacity(t: Thresholds) -> Dashboard:
         ], (9, 24, 0, 24), "short", "Where headroom stays above the warning line at the peak concurrency is the "
            "stable boundary the capacity review asks for.", style="line"),
         Stat(title="Peak running requests, 7 days", dataSource=DS, gridPos=GridPos(4, 24, 0, 33), targets=[
-            _t(f"server:vllm_headroom_requests_running:max_over_time7d{{{SEL}}}", "{{server}}", instant=True)],
+            _t(f"server:vllm_headroom_requests_running:max_over_time7d{{{SEL}}}", "{{server}} {{role}}", instant=True)],
              reduceCalc="lastNotNull"),
     ]
     return Dashboard(title="vLLM Headroom / Weekly capacity review", uid="vllm-headroom-capacity",

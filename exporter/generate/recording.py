@@ -9,6 +9,7 @@ from exporter.generate.spec import (
     BASE_LABELS,
     ENGINE_BY,
     SERVER_BY,
+    SERVER_BY_PROMQL,
     engine_series,
     num,
     seconds,
@@ -18,7 +19,7 @@ from exporter.generate.thresholds import Thresholds
 
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     sel = t.selector
-    by = "job, instance, server"
+    by = SERVER_BY_PROMQL
     fw, bw = t.prefix_fast_window, t.prefix_baseline_window
     engine_by = ENGINE_BY
     fast = [
@@ -43,17 +44,17 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         (f"engine:vllm_headroom_preemptions:rate{t.preemption_window}",
          f"sum by ({engine_by}) (rate(vllm_headroom_preemptions_total{{{sel}}}[{t.preemption_window}]))"),
         ("gpu:vllm_headroom_gpu_memory_headroom_ratio:min",
-         f"min by (job, instance, gpu) (vllm_headroom_gpu_memory_headroom_ratio{{{sel}}})"),
+         f"min by (job, cluster, instance, gpu) (vllm_headroom_gpu_memory_headroom_ratio{{{sel}}})"),
         # GPU memory against the budget vLLM was given: it claims gpu_memory_utilization x total at start and
         # fills it with KV cache, so used/total sits at the budget on a healthy server.
         ("gpu:vllm_headroom_gpu_memory_peak_used:ratio",
-         f"max by (job, instance, gpu) (vllm_headroom_gpu_memory_peak_used_bytes{{{sel}}}\n"
+         f"max by (job, cluster, instance, gpu) (vllm_headroom_gpu_memory_peak_used_bytes{{{sel}}}\n"
          f"  / vllm_headroom_gpu_memory_total_bytes{{{sel}}})"),
         ("instance:vllm_headroom_gpu_memory_budget:ratio",
-         f"max by (job, instance) (vllm_headroom_gpu_memory_utilization_ratio{{{sel}}})"),
+         f"max by (job, cluster, instance) (vllm_headroom_gpu_memory_utilization_ratio{{{sel}}})"),
         ("gpu:vllm_headroom_gpu_memory_over_budget:ratio",
          "gpu:vllm_headroom_gpu_memory_peak_used:ratio\n"
-         "- on (job, instance) group_left ()\ninstance:vllm_headroom_gpu_memory_budget:ratio"),
+         "- on (job, cluster, instance) group_left ()\ninstance:vllm_headroom_gpu_memory_budget:ratio"),
         (f"server:vllm_headroom_prefix_cache_hits:rate{fw}",
          f"sum by ({by}) (rate(vllm_headroom_prefix_cache_hits_tokens_total{{{sel}}}[{fw}]))"),
         (f"server:vllm_headroom_prefix_cache_queries:rate{fw}",
@@ -95,7 +96,7 @@ def recording_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
         )],
         "promql_expr_test": [{
             "expr": f"round({t.hit_ratio_fast} * 1000)", "eval_time": "15m",
-            "exp_samples": [{"labels": "{" + ",".join(f'{k}="{BASE_LABELS[k]}"' for k in SERVER_BY) + "}",
+            "exp_samples": [{"labels": "{" + ",".join(f'{k}="{BASE_LABELS[k]}"' for k in SERVER_BY if k in BASE_LABELS) + "}",
                              "value": 100}],  # 100 / 1000, not the mean of 0.9 and 0.011
         }, {
             "expr": t.hit_ratio_fast, "eval_time": "40m", "exp_samples": [],

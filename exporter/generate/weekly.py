@@ -86,8 +86,8 @@ def verdict_conditions(t: Thresholds) -> list[str]:
     runtime = f'sum by ({week_by}) (server:vllm_headroom_oom_events:increase7d{{phase="runtime"}})'
     return [
         _uncleared("weight_loading"),
-        f"group by ({week_by}) (vllm_headroom_target_up{{{sel}}} * on (job, instance) group_left () "
-        f"(min by (job, instance) (vllm_headroom_environment_check{{{sel}}}) == 0))",
+        f"group by ({week_by}) (vllm_headroom_target_up{{{sel}}} * on (job, cluster, instance) group_left () "
+        f"(min by (job, cluster, instance) (vllm_headroom_environment_check{{{sel}}}) == 0))",
         _uncleared(CONFIG_STAGES),
         f"group by ({week_by}) (server:vllm_headroom_target:seen7d unless on ({week_by}) "
         f"(server:vllm_headroom_kv_cache_usage:hours7d >= {num(t.weekly_min_data_hours)}))",

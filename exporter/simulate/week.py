@@ -46,6 +46,7 @@ class ReplayServer:
     node: str
     utilization: float = 0.92
     engines: int = 1
+    role: str = "both"  # prefill | decode | both, as the exporter labels it
     incident: Incident = field(default_factory=lambda: Incident("none"))
 
 
@@ -232,7 +233,7 @@ class Week:
         if out is None:
             return
         base, ts = out
-        srv = {**base, "server": s.name}
+        srv = {**base, "server": s.name, "role": s.role}
         self._s("vllm_headroom_target_up", "gauge", srv).add(ts, 1 if st.up else 0)
         self._s("vllm_headroom_engine_ready", "gauge", srv).add(ts, 1 if st.up and st.stage == "ready" else 0)
         for stage in ENGINE_STAGES:  # the exporter writes all eight; the replay the ones this server enters

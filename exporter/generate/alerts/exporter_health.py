@@ -5,6 +5,7 @@ from __future__ import annotations
 from exporter.generate.spec import (
     GPU_BY,
     SERVER_BY,
+    SERVER_BY_PROMQL,
     AlertSpec,
     Case,
     after,
@@ -18,7 +19,7 @@ from exporter.generate.thresholds import Thresholds
 
 def specs(t: Thresholds) -> list[AlertSpec]:
     sel = t.selector
-    by = "job, instance, server"
+    by = SERVER_BY_PROMQL
     out: list[AlertSpec] = []
     exporter_runbook = {
         "meaning": "vllm-headroom itself cannot see part of what it watches.",
@@ -29,7 +30,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
     }
     out.append(AlertSpec(
         "VllmHeadroomGPUReadFailing", "warning", "ticket", "5m",
-        f"max by (job, instance, gpu) (vllm_headroom_gpu_up{{{sel}}}) == 0",
+        f"max by (job, cluster, instance, gpu) (vllm_headroom_gpu_up{{{sel}}}) == 0",
         "vllm-headroom cannot read GPU {{ $labels.gpu }} on {{ $labels.instance }}",
         "GPU memory reads fail (lost GPU or library error): GPU headroom is blind for this GPU.", GPU_BY, [
             Case("failing reads fire", [gpu_series("vllm_headroom_gpu_up", "0x20")], "10m", True),

@@ -62,7 +62,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
         ], gpu_runbook))
     out.append(AlertSpec(
         "VllmGPUMemoryHeadroomCritical", "critical", "page", t.gpu_headroom_critical_for,
-        f"(gpu:vllm_headroom_gpu_memory_headroom_ratio:min < {num(hc)})\nand on (job, instance, gpu)\n"
+        f"(gpu:vllm_headroom_gpu_memory_headroom_ratio:min < {num(hc)})\nand on (job, cluster, instance, gpu)\n"
         f"(gpu:vllm_headroom_gpu_memory_over_budget:ratio > {num(ob)})",
         "GPU {{ $labels.gpu }} on {{ $labels.instance }} peaked beyond vLLM's budget with {{ $value | "
         "humanizePercentage }} of its memory left (under " + num(hc * 100) + "%)",

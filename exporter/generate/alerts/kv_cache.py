@@ -6,6 +6,7 @@ from __future__ import annotations
 from exporter.generate.spec import (
     ENGINE_BY,
     SERVER_BY,
+    SERVER_BY_PROMQL,
     AlertSpec,
     Case,
     after,
@@ -18,7 +19,7 @@ from exporter.generate.thresholds import Thresholds
 
 def specs(t: Thresholds) -> list[AlertSpec]:
     sel = t.selector
-    by = "job, instance, server"
+    by = SERVER_BY_PROMQL
     out: list[AlertSpec] = []
     kv_runbook = {
         "meaning": "Requests wait because a DP engine's KV cache has no room for them: capacity, not compute, is "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from exporter.generate.spec import (
     SERVER_BY,
+    SERVER_BY_PROMQL,
     AlertSpec,
     Case,
     num,
@@ -14,7 +15,7 @@ from exporter.generate.thresholds import Thresholds
 
 def specs(t: Thresholds) -> list[AlertSpec]:
     sel = t.selector
-    by = "job, instance, server"
+    by = SERVER_BY_PROMQL
     out: list[AlertSpec] = []
     out.append(AlertSpec(
         "VllmToolCallParseErrors", "info", "ticket", "0m",

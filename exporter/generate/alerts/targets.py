@@ -5,6 +5,7 @@ from __future__ import annotations
 from exporter.generate.spec import (
     LOADING,
     SERVER_BY,
+    SERVER_BY_PROMQL,
     AlertSpec,
     Case,
     after,
@@ -18,7 +19,7 @@ from exporter.generate.thresholds import Thresholds
 
 def specs(t: Thresholds) -> list[AlertSpec]:
     sel = t.selector
-    by = "job, instance, server"
+    by = SERVER_BY_PROMQL
     out: list[AlertSpec] = []
     ready_runbook = {
         "meaning": "The engine is not serving: it is still loading, crashed, or stopped answering.",
@@ -92,7 +93,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "evidence": "The vLLM version and the cache-related names its /metrics shows."}))
     out.append(AlertSpec(
         "VllmEnvironmentCheckFailed", "warning", "ticket", "5m",
-        f"min by (job, instance, check) (vllm_headroom_environment_check{{{sel}}}) == 0",
+        f"min by (job, cluster, instance, check) (vllm_headroom_environment_check{{{sel}}}) == 0",
         "Environment check {{ $labels.check }} fails on {{ $labels.instance }}",
         "A prerequisite of the deployment guide does not hold (driver, CUDA driver, GPU model or count, vLLM "
         "version).", ("job", "instance", "check"), [
