@@ -162,19 +162,13 @@ class HeadroomCollector:
                 for s in ENGINE_STAGES:
                     stage.add_metric([st.name, s], 1 if s == ("ready" if st.up else "unknown") else 0)
                 continue
-            with t.lock:
-                a = t.analyzer
-                ep = a.epoch
-                current = ep.engine_stage
-                if current == "unknown" and st.up:
-                    current = "ready"  # the port refuses until the engine is initialised
-                counts = dict(a.counts)
-                oom = dict(a.oom_counts)
-                durations = dict(ep.startup)
-                facts = dict(ep.facts)
-                h = t.health
-                snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.lines_cut,
-                        h.read_errors, h.file_present, h.last_read)
+            tail = t.snapshot()
+            current = tail.engine_stage
+            if current == "unknown" and st.up:
+                current = "ready"  # the port refuses until the engine is initialised
+            counts, oom, durations, facts, h = tail.counts, tail.oom_counts, tail.startup, tail.facts, tail.health
+            snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.lines_cut,
+                    h.read_errors, h.file_present, h.last_read)
             # the log's word, unless the server stopped answering (a kill the log never saw, e.g. the kernel's)
             ready.add_metric([st.name], 1 if current == "ready" and (st.up or not st.scrapes) else 0)
             for s in ENGINE_STAGES:

@@ -182,8 +182,7 @@ class ServerState:
     def log_facts(self) -> dict[str, Any]:
         if self.tailer is None:
             return {}
-        with self.tailer.lock:
-            return dict(self.tailer.analyzer.epoch.facts)
+        return self.tailer.snapshot().facts
 
 
 class DaemonView(Protocol):

@@ -9,6 +9,7 @@ renamed away is drained to its end before the new one is opened; what cannot be 
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import json
@@ -80,6 +81,18 @@ class TailHealth:
     read_errors: int = 0
     file_present: bool = False
     last_read: float | None = None  # wall clock of the last poll that found new bytes
+
+
+@dataclass(frozen=True)
+class TailSnapshot:
+    """What the collector reads of one tailer, copied under its lock: the analyzer's word and the tail's health."""
+
+    engine_stage: str
+    counts: dict[str, int]
+    oom_counts: dict[tuple[str, str], int]
+    startup: dict[str, float]
+    facts: dict[str, Any]
+    health: TailHealth
 
 
 class LogTailer:
@@ -211,6 +224,13 @@ class LogTailer:
             log.warning(msg + (f" ({n} more like it not logged)" if n else ""), *args)
 
     # -- following the file -------------------------------------------------------------------
+
+    def snapshot(self) -> TailSnapshot:
+        """A consistent copy for readers on other threads (the collector): they never take the lock themselves."""
+        with self.lock:
+            ep = self.analyzer.epoch
+            return TailSnapshot(ep.engine_stage, dict(self.analyzer.counts), dict(self.analyzer.oom_counts),
+                                dict(ep.startup), dict(ep.facts), dataclasses.replace(self.health))
 
     def needs_poll(self) -> bool:
         """A stat instead of a read: most polls of a quiet log find nothing new."""
