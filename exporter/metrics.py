@@ -21,7 +21,6 @@ from exporter.vllm.scrape import ERROR_REASONS
 if TYPE_CHECKING:
     from exporter.state import DaemonView, ServerState
 
-P = PREFIX
 # part label -> the log fact it comes from (GiB as vLLM prints it)
 MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
                 "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
@@ -43,12 +42,14 @@ STARTUP_STAGES = ("weight_loading", "torch_compile", "memory_profiling", "graph_
                   "time_to_ready")
 
 
-def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(P + name, doc, labels=labels)
+def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    """One of our gauge families: `vllm_headroom_` + name."""
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
 
 
-def _c(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    return CounterMetricFamily(P + name, doc, labels=labels)
+def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    """One of our counter families (prometheus_client adds `_total`)."""
+    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
 
 
 def _decorated(families: Iterable[Metric], extra: dict[str, dict[str, str]],
@@ -96,22 +97,22 @@ class HeadroomCollector:
         yield from self._reexport(states)  # rendered with the labels already
         yield from _decorated(self._gpus(), extra, owners, cluster)
         yield from _decorated(self._environment(states, facts), extra, owners, cluster)
-        info = _g("build_info", "vllm-headroom's version; always 1.", ["version"])
+        info = gauge("build_info", "vllm-headroom's version; always 1.", ["version"])
         info.add_metric([__version__], 1)
         yield from _decorated([info], extra, owners, cluster)
-        dur = _g("collect_duration_seconds", "Time this /metrics answer took to build.", [])
+        dur = gauge("collect_duration_seconds", "Time this /metrics answer took to build.", [])
         dur.add_metric([], time.monotonic() - start)
         yield from _decorated([dur], extra, owners, cluster)
 
     # -- scraping ------------------------------------------------------------------------------
 
     def _targets(self, states: list["ServerState"]) -> Iterator[Metric]:
-        up = _g("target_up", "1 if the last scrape of this vLLM server's /metrics succeeded.", ["server"])
-        dur = _g("scrape_duration_seconds", "How long the last scrape of this vLLM server took.", ["server"])
-        last = _g("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
-        errs = _c("scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"])
-        size = _g("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
-        dropped = _c("series_dropped", "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
+        up = gauge("target_up", "1 if the last scrape of this vLLM server's /metrics succeeded.", ["server"])
+        dur = gauge("scrape_duration_seconds", "How long the last scrape of this vLLM server took.", ["server"])
+        last = gauge("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
+        errs = counter("scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"])
+        size = gauge("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
+        dropped = counter("series_dropped", "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
                      "beyond the cap of 64, re-exported samples beyond 20000 per server.", ["server"])
         for st in states:
             if st.config.url is None:  # a rank whose API server another node's exporter scrapes
@@ -130,30 +131,30 @@ class HeadroomCollector:
     # -- logs ----------------------------------------------------------------------------------
 
     def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:  # noqa: C901  goes with collectors per domain
-        ready = _g("engine_ready", "1 once the log or the server says the engine serves; 0 while loading or after "
+        ready = gauge("engine_ready", "1 once the log or the server says the engine serves; 0 while loading or after "
                    "a crash.", ["server"])
-        stage = _g("engine_stage", "1 for the stage the engine is in now (from its log; ready/unknown from the "
+        stage = gauge("engine_stage", "1 for the stage the engine is in now (from its log; ready/unknown from the "
                    "scrape when no log is followed).", ["server", "stage"])
-        ooms = _c("oom_events", "Memory failures found in the vLLM log, tagged with the stage they hit. One "
+        ooms = counter("oom_events", "Memory failures found in the vLLM log, tagged with the stage they hit. One "
                   "failure printed by many ranks counts once.", ["server", "stage", "phase"])
-        events = _c("log_events", "Other events found in the vLLM log.", ["server", "event"])
-        startup = _g("startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.",
+        events = counter("log_events", "Other events found in the vLLM log.", ["server", "event"])
+        startup = gauge("startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.",
                      ["server", "stage"])
-        memory = _g("startup_memory_bytes", "Per-GPU memory split vLLM's startup log states: weights, activation "
+        memory = gauge("startup_memory_bytes", "Per-GPU memory split vLLM's startup log states: weights, activation "
                     "peak, non-torch memory, KV cache, CUDA graphs.", ["server", "part"])
         health = {
-            "log_bytes_read": _c("log_bytes_read", "Bytes read from the vLLM log.", ["server"]),
-            "log_lines_read": _c("log_lines_read", "Lines read from the vLLM log.", ["server"]),
-            "log_rotations": _c("log_rotations", "Times the log was rotated (renamed away) and followed.", ["server"]),
-            "log_truncations": _c("log_truncations", "Times the log was truncated in place (copytruncate).",
+            "log_bytes_read": counter("log_bytes_read", "Bytes read from the vLLM log.", ["server"]),
+            "log_lines_read": counter("log_lines_read", "Lines read from the vLLM log.", ["server"]),
+            "log_rotations": counter("log_rotations", "Times the log was rotated (renamed away) and followed.", ["server"]),
+            "log_truncations": counter("log_truncations", "Times the log was truncated in place (copytruncate).",
                                   ["server"]),
-            "log_bytes_skipped": _c("log_bytes_skipped", "Bytes not analysed: the rest of over-long lines, and "
+            "log_bytes_skipped": counter("log_bytes_skipped", "Bytes not analysed: the rest of over-long lines, and "
                                     "bytes truncated away before they were read.", ["server"]),
-            "log_lines_cut": _c("log_lines_cut", "Lines over the length cap, cut to it.", ["server"]),
-            "log_read_errors": _c("log_read_errors", "Errors opening or reading the log.", ["server"]),
+            "log_lines_cut": counter("log_lines_cut", "Lines over the length cap, cut to it.", ["server"]),
+            "log_read_errors": counter("log_read_errors", "Errors opening or reading the log.", ["server"]),
         }
-        present = _g("log_file_present", "1 if the configured log file exists.", ["server"])
-        last_read = _g("log_last_read_timestamp_seconds", "Unix time new bytes were last read from the log.",
+        present = gauge("log_file_present", "1 if the configured log file exists.", ["server"])
+        last_read = gauge("log_last_read_timestamp_seconds", "Unix time new bytes were last read from the log.",
                        ["server"])
         for st in states:
             t = st.tailer
@@ -197,22 +198,22 @@ class HeadroomCollector:
     # -- KV cache and prefix cache -------------------------------------------------------------------
 
     def _kv(self, states: list["ServerState"], all_facts: dict[str, dict]) -> Iterator[Metric]:
-        usage = _g("kv_cache_usage_ratio", "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc "
+        usage = gauge("kv_cache_usage_ratio", "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc "
                    "(vllm:gpu_cache_usage_perc before 0.10).", ["server", "model_name", "engine"])
-        headroom = _g("kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"])
-        cap = _g("kv_cache_capacity_tokens", "KV-cache capacity in tokens per engine: vllm:cache_config_info where "
+        headroom = gauge("kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"])
+        cap = gauge("kv_cache_capacity_tokens", "KV-cache capacity in tokens per engine: vllm:cache_config_info where "
                  "it has it, else the startup log's 'GPU KV cache size'.", ["server"])
-        cap_log = _g("kv_cache_capacity_log_tokens", "KV-cache capacity the startup log states.", ["server"])
-        mismatch = _g("kv_cache_capacity_mismatch", "1 when the metric and the log disagree on KV capacity by more "
+        cap_log = gauge("kv_cache_capacity_log_tokens", "KV-cache capacity the startup log states.", ["server"])
+        mismatch = gauge("kv_cache_capacity_mismatch", "1 when the metric and the log disagree on KV capacity by more "
                       "than 10% (seen on hybrid models).", ["server"])
-        conc = _g("max_concurrency", "vLLM's own maximum concurrency for max_model_len-token requests.", ["server"])
-        hit = _g("prefix_cache_hit_ratio", "Prefix-cache hits / queries (tokens) over the configured window, summed "
+        conc = gauge("max_concurrency", "vLLM's own maximum concurrency for max_model_len-token requests.", ["server"])
+        hit = gauge("prefix_cache_hit_ratio", "Prefix-cache hits / queries (tokens) over the configured window, summed "
                  "over engines, reset-safe; absent with no queries.", ["server", "model_name"])
-        enabled = _g("prefix_cache_enabled", "1 if prefix caching is on (cache_config_info or the log).", ["server"])
-        budget = _g("gpu_memory_utilization_ratio", "The gpu_memory_utilization vLLM was started with: the share of "
+        enabled = gauge("prefix_cache_enabled", "1 if prefix caching is on (cache_config_info or the log).", ["server"])
+        budget = gauge("gpu_memory_utilization_ratio", "The gpu_memory_utilization vLLM was started with: the share of "
                     "each GPU it claims and fills with weights, activations and KV cache (vllm:cache_config_info, "
                     "else the startup log).", ["server"])
-        window = _g("prefix_cache_window_seconds", "The window of prefix_cache_hit_ratio.", [])
+        window = gauge("prefix_cache_window_seconds", "The window of prefix_cache_hit_ratio.", [])
         window.add_metric([], self.d.cfg.prefix_cache_window_s)
         for st in states:
             for (model, engine), u in sorted(st.kv_usage.items()):
@@ -251,7 +252,7 @@ class HeadroomCollector:
 
     def _reexport(self, states: list["ServerState"]) -> Iterator[Metric]:
         """vLLM's own series with a `server` label: rendered once per scrape, reused by every /metrics answer."""
-        fams = {wire: Rendered(P + base, f"Re-exported {wire} with a server label.", typ)
+        fams = {wire: Rendered(PREFIX + base, f"Re-exported {wire} with a server label.", typ)
                 for wire, (base, typ) in reexport_families().items()}
         for st in states:
             if st.up:
@@ -265,20 +266,20 @@ class HeadroomCollector:
         sampler = self.d.gpu
         labels = ["gpu", "uuid", "gpu_model", "vendor"]
         window = f"sampled every {sampler.interval_s:g}s" if sampler else "not sampled"
-        used = _g("gpu_memory_used_bytes", f"GPU memory in use at the last sample ({window}).", labels)
-        total = _g("gpu_memory_total_bytes", "GPU memory in total.", labels)
-        reserved = _g("gpu_memory_reserved_bytes", "Driver-reserved GPU memory (NVML memory v2).", labels)
+        used = gauge("gpu_memory_used_bytes", f"GPU memory in use at the last sample ({window}).", labels)
+        total = gauge("gpu_memory_total_bytes", "GPU memory in total.", labels)
+        reserved = gauge("gpu_memory_reserved_bytes", "Driver-reserved GPU memory (NVML memory v2).", labels)
         span = f"the last {sampler.peak_window_s:g}s" if sampler else "a trailing window"
-        peak = _g("gpu_memory_peak_used_bytes", f"Highest GPU memory in use over the samples of {span} ({window}): "
+        peak = gauge("gpu_memory_peak_used_bytes", f"Highest GPU memory in use over the samples of {span} ({window}): "
                   "a prefill spike between two scrapes still shows, and reading this resets nothing.", labels)
-        head = _g("gpu_memory_headroom_ratio", f"(total - peak) / total, peak over {span}. Judge it against the "
+        head = gauge("gpu_memory_headroom_ratio", f"(total - peak) / total, peak over {span}. Judge it against the "
                   "budget vLLM was given (gpu_memory_utilization_ratio), not against 0.", labels)
-        up = _g("gpu_up", "1 if the last read of this GPU succeeded.", labels)
-        errs = _c("gpu_read_errors", "Failed reads of this GPU's memory.", labels)
-        lost = _c("gpu_lost", "Reads that found the GPU lost (fallen off the bus).", labels)
-        procs = _g("gpu_process_memory_used_bytes", "GPU memory per process (host PID, read at most once a second).",
+        up = gauge("gpu_up", "1 if the last read of this GPU succeeded.", labels)
+        errs = counter("gpu_read_errors", "Failed reads of this GPU's memory.", labels)
+        lost = counter("gpu_lost", "Reads that found the GPU lost (fallen off the bus).", labels)
+        procs = gauge("gpu_process_memory_used_bytes", "GPU memory per process (host PID, read at most once a second).",
                    ["gpu", "uuid", "pid"])
-        interval = _g("gpu_sample_interval_seconds", "How often GPU memory is sampled.", [])
+        interval = gauge("gpu_sample_interval_seconds", "How often GPU memory is sampled.", [])
         if sampler is not None:
             interval.add_metric([], sampler.interval_s)
             for st in sampler.collect():
@@ -306,24 +307,24 @@ class HeadroomCollector:
         models = [st.info.model for st in sampler.states.values()] if sampler else []
         vendor = next(iter(sampler.states.values())).info.vendor if sampler and sampler.states else None
         versions = [v for v in (safe_version(all_facts[st.name].get("vllm_version")) for st in states) if v]
-        info = _g("environment_info", "The node's GPU environment; always 1.",
+        info = gauge("environment_info", "The node's GPU environment; always 1.",
                   ["driver_version", "cuda_driver_version", "gpu_model", "gpu_count", "vendor"])
         if sampler is not None:
             info.add_metric([driver.get("driver_version", ""), driver.get("cuda_driver_version", ""),
                              models[0] if models else "", str(len(models)), vendor or ""], 1)
-        vinfo = _g("vllm_info", "vLLM version per server, from its startup log; always 1.", ["server", "version"])
+        vinfo = gauge("vllm_info", "vLLM version per server, from its startup log; always 1.", ["server", "version"])
         for st in states:
             v = safe_version(all_facts[st.name].get("vllm_version"))
             if v:
                 vinfo.add_metric([st.name, v], 1)
-        cfg = _g("vllm_config_info", "What each server's startup log states of its parallel layout and limits "
+        cfg = gauge("vllm_config_info", "What each server's startup log states of its parallel layout and limits "
                  "(numbers only); always 1.", ["server"] + list(CONFIG_FACTS))
         for st in states:
             facts = all_facts[st.name]
             values = [_number_label(facts.get(k)) for k in CONFIG_FACTS]
             if any(values):
                 cfg.add_metric([st.name] + values, 1)
-        check = _g("environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.",
+        check = gauge("environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.",
                    ["check"])
         results = evaluate(self.d.cfg.environment, vendor, driver, models, versions)
         for name in CHECKS:
