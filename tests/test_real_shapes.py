@@ -267,11 +267,11 @@ def test_a_startup_failure_the_markers_only_place_roughly_waits_for_its_tracebac
 
 
 def test_an_undecided_failure_survives_a_restart_of_the_daemon():
-    from exporter.logs.stages import restore, snapshot
+    from exporter.logs.stages import LogAnalyzer
 
     a = feed([traceback(CAPTURE)[-1]])
     assert a.pending is not None
-    b = restore(snapshot(a))
+    b = LogAnalyzer.restore(a.snapshot())
     b.feed(LogLine(2, 'INFO:     10.0.0.5:51234 - "POST /v1/completions HTTP/1.1" 200 OK'))
     assert b.first_oom is not None and (b.first_oom.stage, b.first_oom.stage_evidence) == ("runtime_unknown", "serving")
 

@@ -748,6 +748,52 @@ class LogAnalyzer:
                     if f:
                         facts[name] = P.number(f.group(1))
 
+    def snapshot(self) -> dict[str, Any]:
+        """What the daemon persists beside a log offset, so a restart neither loses nor repeats an event."""
+        ep = self.epoch
+        return {
+            "counts": dict(self.counts),
+            "oom_counts": [[s, p, n] for (s, p), n in self.oom_counts.items()],
+            "lines": self.lines,
+            "line_errors": self.line_errors,
+            "epoch": {"index": ep.index, "start_line": ep.start_line, "start_time": ep.start_time, "started": ep.started,
+                      "stage": ep.stage, "ready": ep.ready, "crashed": ep.crashed, "kv_sized": ep.kv_sized,
+                      "events": ep.events, "facts": ep.facts, "startup": ep.startup},
+            "open": sorted(self._open),
+            "last_step": [[k, v] for k, v in self._last_step.items()],
+            "frames": [[k, v] for k, v in self._frames.items()],
+            "saw_runtime": self._saw_runtime,
+            "pending": None if self._pending is None else {
+                "line": self._pending.line, "time": self._pending.time, "cause": self._pending.cause, "evidence": self._pending.evidence,
+                "stage": self._pending.stage, "stage_evidence": self._pending.stage_evidence},
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
+        """The inverse of `snapshot`; raises KeyError/TypeError/ValueError on a damaged state."""
+        a = cls(max_events)
+        a.counts = Counter({str(k): int(v) for k, v in data["counts"].items()})
+        a.oom_counts = Counter({(str(s), str(p)): int(n) for s, p, n in data["oom_counts"]})
+        a.lines = int(data["lines"])
+        a.line_errors = int(data.get("line_errors", 0))
+        e = data["epoch"]
+        ep = Epoch(int(e["index"]), int(e["start_line"]), e["start_time"], bool(e["started"]), str(e["stage"]),
+                   bool(e["ready"]), crashed=bool(e["crashed"]), kv_sized=bool(e["kv_sized"]), events=int(e["events"]),
+                   facts=dict(e["facts"]), startup={str(k): float(v) for k, v in e["startup"].items()})
+        a.epochs = [ep]
+        for kind in data["open"]:
+            a._open[str(kind)] = Event(0, None, str(kind))
+        a._last_step = {(None if k is None else int(k)): str(v) for k, v in data["last_step"]}
+        a._frames = {(None if k is None else str(k)): [str(x) for x in v] for k, v in data["frames"]}
+        a._saw_runtime = bool(data["saw_runtime"])
+        pending = data.get("pending")
+        if pending:
+            stage = pending.get("stage") if pending.get("stage") in P.STAGES else UNDECIDED_STAGE
+            a.pending = Event(int(pending["line"]), pending.get("time"), "oom", stage, P.phase_of(stage),
+                              pending.get("evidence"), cause=pending.get("cause"),
+                              stage_evidence=str(pending.get("stage_evidence") or "none"), confidence="low")
+        return a
+
 
 def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | None:
     """The innermost startup step in the traceback (capture inside warm-up is capture), or None."""
@@ -870,50 +916,3 @@ def _parse_time(text: str | None) -> float | None:
 
 
 __all__ = ["Event", "Epoch", "LogAnalyzer"]
-
-
-def snapshot(a: LogAnalyzer) -> dict[str, Any]:
-    """What the daemon persists beside a log offset, so a restart neither loses nor repeats an event."""
-    ep = a.epoch
-    return {
-        "counts": dict(a.counts),
-        "oom_counts": [[s, p, n] for (s, p), n in a.oom_counts.items()],
-        "lines": a.lines,
-        "line_errors": a.line_errors,
-        "epoch": {"index": ep.index, "start_line": ep.start_line, "start_time": ep.start_time, "started": ep.started,
-                  "stage": ep.stage, "ready": ep.ready, "crashed": ep.crashed, "kv_sized": ep.kv_sized,
-                  "events": ep.events, "facts": ep.facts, "startup": ep.startup},
-        "open": sorted(a._open),
-        "last_step": [[k, v] for k, v in a._last_step.items()],
-        "frames": [[k, v] for k, v in a._frames.items()],
-        "saw_runtime": a._saw_runtime,
-        "pending": None if a._pending is None else {
-            "line": a._pending.line, "time": a._pending.time, "cause": a._pending.cause, "evidence": a._pending.evidence,
-            "stage": a._pending.stage, "stage_evidence": a._pending.stage_evidence},
-    }
-
-
-def restore(data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
-    """The inverse of `snapshot`; raises KeyError/TypeError/ValueError on a damaged state."""
-    a = LogAnalyzer(max_events)
-    a.counts = Counter({str(k): int(v) for k, v in data["counts"].items()})
-    a.oom_counts = Counter({(str(s), str(p)): int(n) for s, p, n in data["oom_counts"]})
-    a.lines = int(data["lines"])
-    a.line_errors = int(data.get("line_errors", 0))
-    e = data["epoch"]
-    ep = Epoch(int(e["index"]), int(e["start_line"]), e["start_time"], bool(e["started"]), str(e["stage"]),
-               bool(e["ready"]), crashed=bool(e["crashed"]), kv_sized=bool(e["kv_sized"]), events=int(e["events"]),
-               facts=dict(e["facts"]), startup={str(k): float(v) for k, v in e["startup"].items()})
-    a.epochs = [ep]
-    for kind in data["open"]:
-        a._open[str(kind)] = Event(0, None, str(kind))
-    a._last_step = {(None if k is None else int(k)): str(v) for k, v in data["last_step"]}
-    a._frames = {(None if k is None else str(k)): [str(x) for x in v] for k, v in data["frames"]}
-    a._saw_runtime = bool(data["saw_runtime"])
-    pending = data.get("pending")
-    if pending:
-        stage = pending.get("stage") if pending.get("stage") in P.STAGES else UNDECIDED_STAGE
-        a.pending = Event(int(pending["line"]), pending.get("time"), "oom", stage, P.phase_of(stage),
-                          pending.get("evidence"), cause=pending.get("cause"),
-                          stage_evidence=str(pending.get("stage_evidence") or "none"), confidence="low")
-    return a

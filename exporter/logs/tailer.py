@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from exporter.config import LogSource
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
-from exporter.logs.stages import LogAnalyzer, restore, snapshot
+from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
 FINGERPRINT_BYTES = 1024
@@ -154,7 +154,7 @@ class LogTailer:
             known = {}
             for ident, entry in (data.get("known") or {}).items():
                 known[str(ident)] = _position(entry)
-            analyzer = restore(data["analyzer"])
+            analyzer = LogAnalyzer.restore(data["analyzer"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             log.warning("%s: cannot use state file %s (%s); reading the log from its start", self.server,
                         self.state_path, exc)
@@ -171,7 +171,7 @@ class LogTailer:
                 data = {"version": STATE_VERSION, "path": self.pattern, "file": self.path, "fingerprint": self._fp,
                         "fp_len": self._fp_len, "offset": self._safe[0], "line": self._safe[1],
                         "inode": self._inode, "ident": self._ident, "format": self._decoder.format if self._decoder else None,
-                        "known": dict(self._known), "analyzer": snapshot(self.analyzer), "saved_at": time.time()}
+                        "known": dict(self._known), "analyzer": self.analyzer.snapshot(), "saved_at": time.time()}
                 self._dirty = False
             directory = os.path.dirname(self.state_path) or "."
             tmp = None
