@@ -71,15 +71,21 @@ def load_yaml(path: str, what: str = "config file") -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{path}: not a UTF-8 text file (byte {exc.start})"]) from None
+    return parse_yaml(text, path)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text as every file of ours is read: PyYAML's safe loader refusing duplicate keys, and one ConfigError
+    naming the source and the line for anything it cannot parse."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError([f"{path}: {where}invalid YAML: {problem}"]) from None
+        raise ConfigError([f"{source}: {where}invalid YAML: {problem}"]) from None
     except RecursionError:
-        raise ConfigError([f"{path}: invalid YAML: nested too deeply"]) from None
+        raise ConfigError([f"{source}: invalid YAML: nested too deeply"]) from None
 
 
 def redact_url(url: str) -> str:

@@ -242,3 +242,17 @@ def test_prometheus_loads_the_generated_rules(prometheus):
 
 def test_example_thresholds_file_lists_the_defaults():
     assert load_thresholds(str(ROOT / "deploy" / "thresholds.example.yaml")) == DEFAULT
+
+
+def test_thresholds_are_read_as_config_is(tmp_path):
+    """One YAML reader for config, thresholds, web config and scenarios: duplicate keys refused, lines named."""
+    path = tmp_path / "t.yaml"
+    path.write_text("kv_full_ratio: 0.9\nkv_full_ratio: 0.8\n")
+    with pytest.raises(ConfigError, match="duplicate key 'kv_full_ratio'"):
+        load_thresholds(str(path))
+    path.write_text("kv_full_ratio: [0.9\n")
+    with pytest.raises(ConfigError, match=r"t\.yaml: line \d+, column \d+: invalid YAML"):
+        load_thresholds(str(path))
+    path.write_bytes(b"kv_full_ratio: \xff\n")
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        load_thresholds(str(path))

@@ -11,9 +11,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-import yaml
-
-from exporter.config import ConfigError
+from exporter.config import ConfigError, load_yaml
 
 
 @dataclass(frozen=True)
@@ -86,13 +84,7 @@ class Thresholds:
 def load_thresholds(path: str | None) -> Thresholds:
     if path is None:
         return Thresholds()
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the thresholds file: {exc.strerror or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    data = load_yaml(path, "thresholds file") or {}
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: <top>: expected a mapping of threshold names to values"])
     defaults = Thresholds()

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from exporter.config import ConfigError, parse_yaml
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.simulate.logs import STAGES, VllmLogWriter
 from exporter.simulate.memory import VllmMemoryModel
@@ -61,7 +60,11 @@ def load_scenario(name_or_path: str) -> Scenario:
         if not ref.is_file():
             raise ScenarioError(f"no scenario {name_or_path!r}; built in: {', '.join(builtin_scenarios())}")
         text, name = ref.read_text(encoding="utf-8"), name_or_path
-    return parse_scenario(yaml.safe_load(text), name)
+    try:
+        data = parse_yaml(text, name_or_path)
+    except ConfigError as exc:
+        raise ScenarioError(str(exc)) from None
+    return parse_scenario(data, name)
 
 
 def parse_scenario(data: Any, name: str) -> Scenario:
