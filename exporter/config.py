@@ -18,6 +18,8 @@ from urllib.parse import urlparse, urlsplit, urlunsplit
 
 import yaml
 
+from exporter.duration import lenient_seconds
+
 DEFAULT_LISTEN = "0.0.0.0:9478"
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -26,8 +28,6 @@ ROLES = ("prefill", "decode", "both")  # disaggregated serving: a prefill pool, 
 DEFAULT_POD_LOGS = "/var/log/pods"
 LOG_FORMATS = ("auto", "plain", "cri", "docker")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$")
 MAX_DURATION_S = 30 * 86400.0
 MAX_SIZE = 1024**4
@@ -212,10 +212,9 @@ def _duration(v: Any) -> float:
         if isinstance(v, (int, float)):
             seconds = float(v)
         else:
-            m = _DURATION.match(str(v)) if isinstance(v, str) else None
-            if not m:
+            if not isinstance(v, str):
                 raise ValueError("expected a duration such as 5s, 100ms or 2m")
-            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+            seconds = lenient_seconds(v)
     except OverflowError:
         seconds = math.inf
     if not math.isfinite(seconds) or seconds > MAX_DURATION_S:  # .nan / .inf once made the scrape loop spin

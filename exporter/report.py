@@ -14,12 +14,12 @@ import html
 import io
 import json
 import math
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
+from exporter.duration import prometheus_seconds
 from exporter.generate.thresholds import Thresholds
 from exporter.generate.weekly import VERDICT_WORDS, VERDICTS
 
@@ -61,10 +61,7 @@ class Prometheus:
 
 
 def parse_since(text: str) -> float:
-    m = re.match(r"^(\d+)([hdw])$", text)
-    if not m:
-        raise ValueError(f"expected a duration such as 7d, 24h or 2w, got {text!r}")
-    return int(m.group(1)) * {"h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return prometheus_seconds(text)
 
 
 def _points(series: dict) -> list[tuple[float, float]]:

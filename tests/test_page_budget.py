@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.duration import prometheus_seconds
 from exporter.simulate.week import WEEK_MIN, Week, fleet
 from tests.backfill import backfill_rules, blocks_from_openmetrics, passes_by_dependency, query_range
 from tests.conftest import ROOT, free_port, need, start_prometheus, wait_ready
@@ -38,9 +39,7 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 def _minutes(d: str) -> int:
-    m = re.fullmatch(r"(\d+)([smh])", d)
-    assert m, d
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] // 60
+    return int(prometheus_seconds(d) // 60)
 
 
 @pytest.fixture(scope="module")

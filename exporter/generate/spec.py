@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exporter.duration import prometheus_seconds
+
 # `cluster` (the exporter's `cluster:` or an external label) and `role` (prefill / decode / both) travel with every
 # server-level result: absent labels group as empty, so single-cluster setups lose nothing
 SERVER_BY = ("job", "cluster", "instance", "server", "role")
@@ -70,8 +72,8 @@ def num(v: float) -> str:
 
 
 def minutes(duration: str) -> float:
-    n, unit = int(duration[:-1]), duration[-1]
-    return n * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440, "w": 10080}[unit]
+    """Minutes in a Prometheus duration ("30s" is half a minute)."""
+    return prometheus_seconds(duration) / 60
 
 
 def after(duration: str, extra: int = 5) -> str:

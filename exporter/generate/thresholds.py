@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from exporter.config import ConfigError, load_yaml
+from exporter.duration import is_prometheus
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,7 @@ def load_thresholds(path: str | None) -> Thresholds:
         if not isinstance(value, want):
             problems.append(f"{path}: {key}: expected a {want.__name__}, got {value!r}")
             continue
-        if want is str and key.endswith(("_for", "_lookback", "_interval", "_window")) and \
-                not re.match(r"^\d+(s|m|h|d|w)$", value):
+        if want is str and key.endswith(("_for", "_lookback", "_interval", "_window")) and not is_prometheus(value):
             problems.append(f"{path}: {key}: expected a Prometheus duration such as 5m or 1h, got {value!r}")
             continue
         if want is float and (key.endswith("_ratio") or key.endswith("_fraction") or key.endswith("_quantile")) \
