@@ -131,7 +131,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     from exporter.config import ConfigError
     from exporter.generate.thresholds import load_thresholds
-    from exporter.report import Prometheus, PrometheusError, collect, parse_since, render_html
+    from exporter.promapi import PrometheusAPI, PrometheusError
+    from exporter.report import collect, parse_since, render_html
     from exporter.report_needs import missing
 
     try:
@@ -150,7 +151,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         thresholds = load_thresholds(args.thresholds)  # the same file the rules were generated from
     except ConfigError as exc:
         return _problems(exc)
-    prom = Prometheus(args.prometheus)
+    prom = PrometheusAPI(args.prometheus)
     end = args.end or time.time()
     try:
         problems = missing(prom, since, end)

@@ -12,52 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import html
 import io
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from exporter.duration import prometheus_seconds
 from exporter.generate.thresholds import Thresholds
 from exporter.generate.weekly import VERDICT_WORDS, VERDICTS
+from exporter.promapi import PrometheusAPI
 
 # verdict and reason names come from the rules that record them; the words a reader sees are kept with them
 VERDICT_TEXT = dict(VERDICT_WORDS)
 REASON_TEXT = {reason: text for _verdict, reason, text in VERDICTS}
-
-
-class PrometheusError(Exception):
-    pass
-
-
-class Prometheus:
-    def __init__(self, url: str, timeout: float = 30) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-
-    def _get(self, path: str, **params: Any) -> list[dict]:
-        q = urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}?{q}", timeout=self.timeout) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read())
-            except ValueError:
-                raise PrometheusError(f"{self.url}: HTTP {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise PrometheusError(f"{self.url}: {exc}") from None
-        if body.get("status") != "success":
-            raise PrometheusError(f"{self.url}: {body.get('error', 'query failed')} ({params.get('query')})")
-        return body["data"]["result"]
-
-    def query(self, expr: str, at: float) -> list[dict]:
-        return self._get("/api/v1/query", query=expr, time=at)
-
-    def range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
-        return self._get("/api/v1/query_range", query=expr, start=start, end=end, step=step)
 
 
 def parse_since(text: str) -> float:
@@ -81,7 +46,7 @@ def _per_day(points: list[tuple[float, float]]) -> list[dict]:
             for d, v in sorted(days.items())]
 
 
-def collect(prom: Prometheus, since_s: float, end: float, t: Thresholds | None = None) -> dict[str, Any]:
+def collect(prom: PrometheusAPI, since_s: float, end: float, t: Thresholds | None = None) -> dict[str, Any]:
     """Everything the page shows, as data."""
     t = t or Thresholds()
     start = end - since_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -12,6 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from exporter.promapi import PrometheusAPI
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,17 +32,16 @@ def need(binary: str) -> str:
 
 
 class Prometheus:
+    """A Prometheus process the test started, and the project's API client on it (raw bodies: tests look at
+    errors too)."""
+
     def __init__(self, url: str, proc: subprocess.Popen) -> None:
         self.url = url
         self.proc = proc
+        self.api = PrometheusAPI(url, timeout=10)
 
     def get(self, path: str, **params: str) -> dict:
-        query = urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError as err:  # 400 for a bad query: the body says why
-            return json.loads(err.read())
+        return self.api.raw(path, **params)
 
     def query(self, expr: str) -> dict:
         return self.get("/api/v1/query", query=expr)
