@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.simulate.logs import ACCESS_OK, log_line, stats_message
 from tests.conftest import free_port
 
-HEALTHY = '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
-STATS = ("(APIServer pid=1) INFO 08-16 12:01:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-         "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%\n")
+HEALTHY = ACCESS_OK + "\n"
+STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0)) + "\n"
 OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. Tried\n"
 KILLS = 100
 HANG_S = float(os.environ.get("HANG_S", "120"))  # only a guard against a hang: every wait below ends on a condition long before

@@ -6,15 +6,14 @@ import io
 
 from exporter.logs.formats import LogLine
 from exporter.logs.stages import LogAnalyzer
+from exporter.simulate.logs import APP_READY, log_line, stats_message
 from exporter.triage import triage_stream
 from tests.helpers import fixture_text
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 80 GiB"
-READY = "(APIServer pid=1) INFO:     Application startup complete."
+READY = APP_READY
 START = "(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1"
-STATS = ("(APIServer pid=1) INFO 08-16 12:01:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-         "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, "
-         "Prefix cache hit rate: 0.0%")
+STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, 0.0, 1.0, 1.0))
 
 
 def feed(lines: list[str]) -> LogAnalyzer:

@@ -6,12 +6,12 @@ import os
 
 from exporter.config import LogSource
 from exporter.logs.tailer import LogTailer
+from exporter.simulate.logs import APP_READY, log_line, stats_message
 
 OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried"
-STATS = ("(APIServer pid=1) INFO 08-16 12:01:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-         "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%")
+STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0))
 START = "(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1"
-READY = "(APIServer pid=1) INFO:     Application startup complete."
+READY = APP_READY
 
 
 def append(path, *lines):

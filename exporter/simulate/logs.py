@@ -11,6 +11,29 @@ import time
 STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "prefill", "decode")
 
 
+# The one vocabulary of vLLM log lines for the simulator, the tests and the benchmarks (formats from vLLM's
+# logger and its stats logger, vllm/v1/metrics/loggers.py): build lines here rather than copying them.
+FIXED_STAMP = "08-16 12:01:00"  # a fixed time for tests that compare outputs
+ACCESS_OK = '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+APP_READY = "(APIServer pid=1) INFO:     Application startup complete."
+
+
+def log_line(proc: str, level: str, src: str, msg: str, stamp: str = FIXED_STAMP) -> str:
+    """One line as vLLM's logger writes it, with the process tag multiproc workers get."""
+    return f"({proc}) {level} {stamp} [{src}] {msg}"
+
+
+def stats_message(running: int, waiting: int, kv_usage: float, hit: float | None = None,
+                  prompt_tps: float | None = None, generation_tps: float | None = None) -> str:
+    """The engine's periodic stats (`Engine 000: Avg prompt throughput ...`); the prefix hit rate only when given,
+    as releases before prefix-cache stats wrote it."""
+    prompt = running * 850.0 if prompt_tps is None else prompt_tps
+    gen = running * 41.0 if generation_tps is None else generation_tps
+    msg = (f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} "
+           f"tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv_usage * 100:.1f}%")
+    return msg if hit is None else f"{msg}, Prefix cache hit rate: {hit * 100:.1f}%"
+
+
 class VllmLogWriter:
     """Appends lines to a log file the way a V1 vLLM server with TP workers does."""
 
@@ -34,7 +57,7 @@ class VllmLogWriter:
         return time.strftime("%m-%d %H:%M:%S", time.localtime())
 
     def _line(self, proc: str, level: str, src: str, msg: str) -> str:
-        return f"({proc}) {level} {self._stamp()} [{src}] {msg}"
+        return log_line(proc, level, src, msg, self._stamp())
 
     def api(self, msg: str, level: str = "INFO", src: str = "api_server.py:1839") -> str:
         return self._line("APIServer pid=1", level, src, msg)
@@ -99,10 +122,8 @@ class VllmLogWriter:
 
     def stats(self, running: int, waiting: int, kv_usage: float, hit: float) -> None:
         self._write([
-            self.api(f"Engine 000: Avg prompt throughput: {running * 850.0:.1f} tokens/s, Avg generation throughput: "
-                     f"{running * 41.0:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache "
-                     f"usage: {kv_usage * 100:.1f}%, Prefix cache hit rate: {hit * 100:.1f}%", src="loggers.py:123"),
-            '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+            self.api(stats_message(running, waiting, kv_usage, hit), src="loggers.py:123"),
+            ACCESS_OK,
         ])
 
     def oom(self, stage: str) -> None:
