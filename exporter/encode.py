@@ -9,7 +9,7 @@ Both take a list of collected families, so one collection feeds both formats (se
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import time
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from prometheus_client.registry import Collector
 

@@ -9,8 +9,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.served import ExpositionCache, accepts_gzip, negotiate
 from exporter.httpguard import ConnectionGuard
+from exporter.served import ExpositionCache, accepts_gzip, negotiate
 from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
 if TYPE_CHECKING:
