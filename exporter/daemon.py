@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from exporter import derive
 from exporter.config import Config, ServerConfig, redact_text
+from exporter.exposition import LabelCache
 from exporter.gpu.base import GpuUnavailable, open_backend
 from exporter.gpu.sampler import GpuSampler
 from exporter.httpguard import ConnectionGuard, serve
@@ -68,6 +69,7 @@ class ServerState:
         self.dropped_series = 0
         self._warned_cap = False
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
+        self.labels = LabelCache()  # this server's label blocks, parsed once across its scrapes
 
     def update(self, result: ScrapeResult, now: float) -> None:
         self.scrapes += 1
@@ -283,7 +285,8 @@ class Daemon:
         while True:
             started = time.monotonic()
             try:
-                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes)
+                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes,
+                                             s.labels)
                 s.update(result, started)
             except asyncio.CancelledError:
                 raise
