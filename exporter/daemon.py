@@ -12,6 +12,7 @@ import random
 import signal
 import time
 from collections import Counter
+from operator import itemgetter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator
 
@@ -47,6 +48,17 @@ def _reexported_keys() -> tuple[str, ...]:
     return tuple(keys)
 
 
+_LABELS = itemgetter(1)
+
+
+def _label_keys(labels: tuple) -> tuple[tuple[str, str], tuple]:
+    """A label set's (model_name, engine) pair and the part of it re-exported; worked out once per set."""
+    from exporter.vllm.names import PASS_LABELS
+
+    d = dict(labels)
+    return (d.get("model_name", ""), d.get("engine", "")), tuple(sorted((k, v) for k, v in labels if k in PASS_LABELS))
+
+
 class ServerState:
     """What is known of one vLLM server: its last scrape, windows over its counters, its log."""
 
@@ -69,6 +81,7 @@ class ServerState:
         self.dropped_series = 0
         self._warned_cap = False
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
+        self._keys: dict[tuple, tuple] = {}  # label set -> ((model_name, engine), the labels passed on): per set, once
         self.labels = LabelCache()  # this server's label blocks, parsed once across its scrapes
 
     def update(self, result: ScrapeResult, now: float) -> None:
@@ -116,26 +129,33 @@ class ServerState:
         pairs, and of the re-exported families one sample per label set we pass on (samples differing only
         in a label we strip would be duplicates on /metrics), MAX_REEXPORTED in all. The rest is counted in
         vllm_headroom_series_dropped_total."""
-        from exporter.vllm.names import PASS_LABELS
-
         dropped = 0
         out: dict = {}
         for name, group in series.items():
+            if len(set(map(_LABELS, group))) == len(group):  # the usual case, checked in C: no repeats
+                out[name] = group
+                continue
             seen: set = set()
             kept = []
             for s in group:
-                key = tuple(sorted(s[1]))
+                key = s[1]  # the parser's labels are sorted tuples
                 if key in seen:
                     continue
                 seen.add(key)
                 kept.append(s)
             dropped += len(group) - len(kept)
             out[name] = kept
-        pairs = sorted({(s.label("model_name"), s.label("engine")) for group in out.values() for s in group})
+        keys = self._keys
+        if len(keys) > 50_000:  # label sets churning without end: start over rather than grow
+            keys.clear()
+        for group in out.values():
+            for labels in set(map(_LABELS, group)).difference(keys):
+                keys[labels] = _label_keys(labels)
+        pairs = sorted({keys[s[1]][0] for group in out.values() for s in group})
         if len(pairs) > MAX_ENGINES:
             keep = set(pairs[:MAX_ENGINES])
             for name, group in list(out.items()):
-                kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
+                kept = [s for s in group if keys[s[1]][0] in keep]
                 dropped += len(group) - len(kept)
                 out[name] = kept
             self._warn_cap(f"{len(pairs)} model/engine pairs, more than the {MAX_ENGINES} kept")
@@ -147,7 +167,7 @@ class ServerState:
             seen = set()
             kept = []
             for s in group:
-                key = tuple(sorted((k, v) for k, v in s[1] if k in PASS_LABELS))
+                key = keys[s[1]][1]
                 if key in seen:
                     continue
                 if budget <= 0:
