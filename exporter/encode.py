@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Timestamp
 from prometheus_client.utils import floatToGoString
 
 _MUNGE = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
@@ -32,7 +33,7 @@ def _head(name: str, labels: dict[str, str]) -> str:
     return name
 
 
-def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | None) -> str:
+def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
     """One text-format sample line; without a timestamp it is also the OpenMetrics line."""
     head = _head(name, labels)
     if timestamp is not None:

@@ -208,6 +208,7 @@ def _careful_line(line: str, cache: LabelCache) -> Sample | None:
         rest = line[end:].split()
         if not rest:
             raise ParseError("no value")
+    assert labels is not None
     if name not in cache.names:
         if not _NAME.match(name):
             raise ParseError("bad metric name")
@@ -252,7 +253,7 @@ def _fast_labels(block: str, pairs_seen: dict[str, tuple[str, str]] | None = Non
 
 def _labels(line: str, pos: int) -> tuple[Labels, int]:
     """Parse `a="x",b="y"}`; return the sorted pairs and the index after the closing brace."""
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     n = len(line)
     while True:
         while pos < n and line[pos] in " \t":
