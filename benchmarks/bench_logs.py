@@ -1,5 +1,8 @@
-"""Log scanning: our tailer + stage machine vs Debian's mtail (`--one_shot`) on the same 2,000,000-line vLLM
-log, with the raw read speed of the file as the ceiling. The event counts must agree before speeds count.
+"""Log scanning: our tailer + stage machine vs Debian's mtail (`--one_shot`) on the same vLLM logs, with the
+raw read speed of the file as the ceiling. The event counts must agree before speeds count.
+
+Shapes (see `generate`): the benchmark's mix, the same with lines of about 80, 200, 500 and 2000 bytes, the
+mix as the kubelet writes it (CRI), and a traceback-heavy failing server. Up to 500,000 lines (150 MB) each.
 """
 
 from __future__ import annotations
@@ -22,42 +25,81 @@ from exporter.logs.tailer import LogTailer
 PROG = os.path.join(os.path.dirname(__file__), "vllm_log.mtail")
 
 
-def generate(path: str, lines: int = 2_000_000, seed: int = 1) -> dict[str, int]:
-    """A busy V1 server's log: access, request, stats and engine lines; rare OOMs, preemptions, rejections."""
+SHAPES = ("mix", "80B", "200B", "500B", "2000B", "cri", "traceback")
+_PROMPT = ("Summarize the incident report: the node ran out of memory at 3 a.m. and the on-call engineer "
+           "restarted the server twice before the KV cache settled; list what to check first next time. ")
+
+
+def _fit(line: str, pad: str, width: int | None) -> str:
+    """Grow (or shrink) the free text `pad` stands for, so the line is about `width` bytes."""
+    if width is None:
+        return line.replace("{pad}", pad)
+    room = width - (len(line) - len("{pad}"))
+    text = (pad * (room // max(1, len(pad)) + 1))[:max(1, room)]
+    return line.replace("{pad}", text)
+
+
+def _traceback(t: str, proc: str, last: str) -> list[str]:
+    """A traceback as vLLM's EngineCore or API server logs it: header, frames with their code, exception."""
+    p = f"{proc} ERROR {t} [core.py:916] "
+    frames = [("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 701, "run_engine_core"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 728, "run_busy_loop"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 754, "_process_engine_step"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 289, "step"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/executor/abstract.py", 87, "execute_model"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", 342, "execute_model"),
+              ("/usr/lib/python3.12/site-packages/torch/utils/_contextlib.py", 116, "decorate_context"),
+              ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model")]
+    out = [p + "Traceback (most recent call last):"]
+    for path, line, func in frames:
+        out += [p + f'  File "{path}", line {line}, in {func}', p + "    return func(*args, **kwargs)"]
+    return out + [p + last]
+
+
+def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix") -> dict[str, int]:
+    """A busy V1 server's log: access, request, stats and engine lines; rare OOMs, preemptions, rejections.
+
+    Shapes: `mix` as written; `NB`: the free text of every busy line (prompts, request ids, URLs) grown or cut
+    so lines are about N bytes; `cri`: the mix as the kubelet writes it (CRI); `traceback`: a failing server,
+    a 20-line traceback every 40 lines (request errors, and an OOM every 2,000 lines).
+    """
     rng = random.Random(seed)
+    width = int(shape[:-1]) if shape.endswith("B") else None
     counts = {"oom": 0, "preemption": 0, "context_rejected": 0}
     t = "11-20 10:10:07"
-    out = []
+    out: list[str] = []
     n = 0
     with open(path, "w", encoding="utf-8") as fh:
         while n < lines:
             r = rng.random()
-            if n % 100_000 == 50_000:
-                block = [
-                    f"(EngineCore_DP0 pid=212) ERROR {t} [dump_input.py:79] Dumping scheduler output for model "
-                    f"execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{c-1: 1}})",
-                    f"(EngineCore_DP0 pid=212) ERROR {t} [core.py:916] Traceback (most recent call last):",
-                    f'(EngineCore_DP0 pid=212) ERROR {t} [core.py:916]   File "/usr/lib/vllm/v1/worker/gpu_model_runner.py"'
-                    f", line 2211, in execute_model",
-                    f"(EngineCore_DP0 pid=212) ERROR {t} [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
-                    f"Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 279.28 GiB of which 1.0 GiB is free.",
-                ]
+            oom_due = (n % 100_000 == 50_000) if shape != "traceback" else (n % 2_000 == 1_000)
+            if oom_due:
+                block = [f"(EngineCore_DP0 pid=212) ERROR {t} [dump_input.py:79] Dumping scheduler output for model "
+                         f"execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{c-1: 1}})"]
+                block += _traceback(t, "(EngineCore_DP0 pid=212)",
+                                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                                    "has a total capacity of 279.28 GiB of which 1.0 GiB is free.")
                 counts["oom"] += 1
+            elif shape == "traceback" and n % 40 == 20:
+                block = _traceback(t, "(APIServer pid=1)", "ValueError: This model's maximum context length is "
+                                   "1048576 tokens. However, you requested 1100000 tokens.")
+                counts["context_rejected"] += 1
             elif r < 0.60:
-                block = [f'(APIServer pid=1) INFO:     10.0.{rng.randrange(256)}.{rng.randrange(256)}:{rng.randrange(1024, 65535)}'
-                         f' - "POST /v1/chat/completions HTTP/1.1" 200 OK']
+                block = [_fit(f'(APIServer pid=1) INFO:     10.0.{rng.randrange(256)}.{rng.randrange(256)}:'
+                              f'{rng.randrange(1024, 65535)} - "POST /v1/chat/completions?user={{pad}} HTTP/1.1" 200 OK',
+                              f"{rng.getrandbits(32):08x}", width)]
             elif r < 0.80:
-                block = [f"(APIServer pid=1) INFO {t} [logger.py:40] Received request chatcmpl-{rng.getrandbits(64):016x}: "
-                         f"prompt: 'Summarize the incident report: the node ran out of memory at 3 a.m. ...', params: "
-                         f"SamplingParams(n=1, temperature=0.7, max_tokens=1024), lora_request: None."]
+                block = [_fit(f"(APIServer pid=1) INFO {t} [logger.py:40] Received request chatcmpl-"
+                              f"{rng.getrandbits(64):016x}: prompt: '{{pad}}', params: SamplingParams(n=1, "
+                              f"temperature=0.7, max_tokens=1024), lora_request: None.", _PROMPT, width)]
             elif r < 0.90:
                 block = [f"(APIServer pid=1) INFO {t} [loggers.py:123] Engine 000: Avg prompt throughput: "
                          f"{rng.uniform(1000, 20000):.1f} tokens/s, Avg generation throughput: {rng.uniform(100, 900):.1f}"
                          f" tokens/s, Running: {rng.randrange(64)} reqs, Waiting: {rng.randrange(8)} reqs, GPU KV cache "
                          f"usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 100):.1f}%"]
             elif r < 0.9995:
-                block = [f"(EngineCore_DP0 pid=212) INFO {t} [scheduler.py:512] Added request chatcmpl-"
-                         f"{rng.getrandbits(64):016x} to the waiting queue."]
+                block = [_fit(f"(EngineCore_DP0 pid=212) INFO {t} [scheduler.py:512] Added request {{pad}} to the "
+                              f"waiting queue.", f"chatcmpl-{rng.getrandbits(64):016x}", width)]
             elif r < 0.99975:
                 block = [f"WARNING {t} scheduler.py:1491] Sequence group cmpl-{rng.getrandbits(32):08x} is preempted by "
                          f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."]
@@ -66,6 +108,8 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1) -> dict[str, int]
                 block = [f"(APIServer pid=1) ERROR {t} [serving_chat.py:222] ValueError: This model's maximum context "
                          f"length is 1048576 tokens. However, you requested 1100000 tokens."]
                 counts["context_rejected"] += 1
+            if shape == "cri":
+                block = [f"2026-11-20T10:10:07.{n % 1_000_000_000:09d}Z stdout F {b}" for b in block]
             out.extend(block)
             n += len(block)
             if len(out) >= 10_000:
@@ -77,9 +121,9 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1) -> dict[str, int]
     return counts
 
 
-def ours(path: str) -> tuple[float, float, dict[str, int]]:
+def ours(path: str, fmt: str = "plain") -> tuple[float, float, dict[str, int]]:
     start, cpu = time.perf_counter(), time.process_time()
-    t = LogTailer("bench", LogSource(path, "plain"), None)
+    t = LogTailer("bench", LogSource(path, fmt), None)
     t.poll()
     wall, used = time.perf_counter() - start, time.process_time() - cpu
     c = t.analyzer.counts
@@ -117,32 +161,45 @@ def raw(path: str) -> float:
     return time.perf_counter() - start
 
 
-def main(lines: int = 2_000_000, repeats: int = 3) -> list[dict]:
-    d = tempfile.mkdtemp()
-    path = os.path.join(d, "vllm.log")
-    want = generate(path, lines)
-    print(f"log: {want['lines']} lines, {os.path.getsize(path) / 1e6:.0f} MB; events {want}")
-    runs = {"ours": [], "mtail": [], "raw": []}
-    for _ in range(repeats):
-        w, c, got = ours(path)
-        assert got == want, f"vllm-headroom counted {got}, the log has {want}"
-        runs["ours"].append((w, c))
-        w, c, got = mtail(path)
-        assert got == {k: want[k] for k in ("oom", "preemption", "context_rejected")}, f"mtail counted {got}"
-        runs["mtail"].append((w, c))
-        runs["raw"].append((raw(path), 0.0))
+def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
+    """Every shape: event counts asserted equal first, then paired runs (ours, mtail, raw) on the same file."""
     rows = []
-    for name, values in runs.items():
-        wall = statistics.median(v[0] for v in values)
-        cpu = statistics.median(v[1] for v in values)
-        rows.append({"tool": name, "wall_s": wall, "cpu_s": cpu, "lines_per_s": want["lines"] / wall})
-        print(f"{name:>6}: {wall:6.2f} s wall, {cpu:6.2f} s CPU, {want['lines'] / wall / 1e3:8.0f} k lines/s")
-    ratio = rows[1]["wall_s"] / rows[0]["wall_s"]
-    print(f"ours / mtail speed: {ratio:.2f}x")
-    record("logs", rows + [{"tool": "ratio_ours_over_mtail", "value": ratio, "lines": want["lines"]}])
-    shutil.rmtree(d)
+    for shape in SHAPES:
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "vllm.log")
+        width = int(shape[:-1]) if shape.endswith("B") else 200
+        n = min(lines, 150_000_000 // width)  # about 150 MB at most per file
+        want = generate(path, n, shape=shape)
+        size = os.path.getsize(path)
+        fmt = "cri" if shape == "cri" else "plain"
+        runs: dict[str, list[tuple[float, float]]] = {"ours": [], "mtail": [], "raw": []}
+        ratios = []
+        for _ in range(repeats):
+            w, c, got = ours(path, fmt)
+            assert got == want, f"{shape}: vllm-headroom counted {got}, the log has {want}"
+            runs["ours"].append((w, c))
+            mw, mc, got = mtail(path)
+            assert got == {k: want[k] for k in ("oom", "preemption", "context_rejected")}, f"{shape}: mtail {got}"
+            runs["mtail"].append((mw, mc))
+            runs["raw"].append((raw(path), 0.0))
+            ratios.append(mw / w)
+        row = {"shape": shape, "lines": want["lines"], "bytes": size, "bytes_per_line": size / want["lines"],
+               "events": {k: want[k] for k in ("oom", "preemption", "context_rejected")}}
+        for name, values in runs.items():
+            wall = statistics.median(v[0] for v in values)
+            row[f"{name}_wall_s"] = wall
+            row[f"{name}_cpu_s"] = statistics.median(v[1] for v in values)
+            row[f"{name}_lines_per_s"] = want["lines"] / wall
+        row.update(ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios), runs=repeats)
+        rows.append(row)
+        print(f"{shape:>9}: {want['lines']:>8} lines, {row['bytes_per_line']:5.0f} B/line; ours "
+              f"{row['ours_lines_per_s'] / 1e3:7.0f} k lines/s, mtail {row['mtail_lines_per_s'] / 1e3:7.0f} k lines/s, "
+              f"raw {row['raw_lines_per_s'] / 1e3:7.0f} k; ours/mtail {row['ratio']:.2f}x "
+              f"({row['ratio_min']:.2f}-{row['ratio_max']:.2f})", flush=True)
+        shutil.rmtree(d)
+    record("logs", rows)
     return rows
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2_000_000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500_000)

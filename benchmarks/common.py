@@ -30,7 +30,8 @@ def free_port() -> int:
 
 def record(section: str, rows: list[dict]) -> None:
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[section] = {"rows": rows, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count()}
+    data[section] = {"rows": rows, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
+                     "loadavg_1m": os.getloadavg()[0]}  # how busy the shared machine was as the section ended
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 

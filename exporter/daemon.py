@@ -99,6 +99,16 @@ class Daemon:
         if backend is not None:
             self.gpu = GpuSampler(backend, g.sample_interval_s)
 
+    def state_version(self) -> tuple:
+        """Changes whenever anything /metrics shows may have changed: the exposition cache's key.
+
+        A scrape of a vLLM server counts in `scrapes`; a log poll in the tailer's `version`; a GPU reading
+        that differs from the last one in the sampler's `version`.
+        """
+        return (tuple(s.scrapes for s in self.servers.values()),
+                tuple(s.tailer.version for s in self.servers.values() if s.tailer),
+                self.gpu.version if self.gpu is not None else -1)
+
     def ready(self) -> bool:
         scraped = all(s.scrapes > 0 or s.config.url is None for s in self.servers.values())
         tails = self._tails_polled or not any(s.tailer for s in self.servers.values())
@@ -182,7 +192,8 @@ class Daemon:
             started = time.monotonic()
             try:
                 assert s.config.url is not None  # log-only servers get no scrape task
-                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes)
+                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes,
+                                             s.labels)
                 s.update(result, started)
             except asyncio.CancelledError:
                 raise

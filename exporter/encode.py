@@ -1,12 +1,15 @@
-"""The Prometheus text format (0.0.4), written faster than prometheus_client's `generate_latest`.
+"""The Prometheus text format (0.0.4) and OpenMetrics 1.0, written faster than prometheus_client's encoders.
 
 The daemon answers /metrics with thousands of samples (16 servers with DP engines, histograms, 8 GPUs);
 prometheus_client validates and escapes every label name of every sample on the way out. Our names are
-fixed and valid, so this writer escapes only values that need it. Its output is byte for byte that of
-`generate_latest` (a test holds it to that); OpenMetrics answers still go through prometheus_client.
+fixed and valid, so these writers escape only values that need it. Their output is byte for byte that of
+prometheus_client's `generate_latest` and `openmetrics.exposition.generate_latest` (tests hold them to it).
+Both take a list of collected families, so one collection feeds both formats (see exporter/served.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -23,12 +26,16 @@ def _escape(value: str) -> str:
     return value
 
 
-def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
+def _head(name: str, labels: dict[str, str]) -> str:
     if labels:
         inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
-        head = f"{name}{{{inner}}}"
-    else:
-        head = name
+        return f"{name}{{{inner}}}"
+    return name
+
+
+def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
+    """One text-format sample line; without a timestamp it is also the OpenMetrics line."""
+    head = _head(name, labels)
     if timestamp is not None:
         return f"{head} {floatToGoString(value)} {int(float(timestamp) * 1000):d}\n"
     return f"{head} {floatToGoString(value)}\n"
@@ -37,7 +44,8 @@ def sample_line(name: str, labels: dict[str, str], value: float, timestamp: floa
 class Rendered(Metric):
     """A family whose sample lines were written once (at scrape time) and are reused until the next scrape.
 
-    It keeps its samples too, so prometheus_client's encoders (OpenMetrics) see an ordinary family.
+    The lines carry no timestamp and no exemplar, so they are the same in both formats. It keeps its samples
+    too, so prometheus_client's encoders see an ordinary family.
     """
 
     def __init__(self, name: str, documentation: str, typ: str) -> None:
@@ -49,10 +57,15 @@ class Rendered(Metric):
         self.chunks.append(text)
 
 
-def text_format(registry: Collector) -> bytes:
+def _families(source: Collector | Iterable[Metric]) -> Iterable[Metric]:
+    return source.collect() if hasattr(source, "collect") else source
+
+
+def text_format(source: Collector | Iterable[Metric]) -> bytes:
+    """The text format 0.0.4 of a registry or of families already collected."""
     out: list[str] = []
     append = out.append
-    for metric in registry.collect():
+    for metric in _families(source):
         mname, mtype = metric.name, metric.type
         if mtype == "counter":
             mname += "_total"
@@ -75,3 +88,51 @@ def text_format(registry: Collector) -> bytes:
             append(f"# HELP {metric.name}{suffix} {doc}\n# TYPE {metric.name}{suffix} gauge\n")
             out.extend(lines)
     return "".join(out).encode("utf-8")
+
+
+def _om_exemplar(exemplar) -> str:
+    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(exemplar.labels.items()))
+    tail = f" {exemplar.timestamp}" if exemplar.timestamp is not None else ""
+    return f" # {{{labels}}} {floatToGoString(exemplar.value)}{tail}"
+
+
+def openmetrics_format(source: Collector | Iterable[Metric]) -> bytes:
+    """OpenMetrics 1.0.0 text of a registry or of families already collected (legacy names only, ours are).
+
+    Native histograms are not written (OpenMetrics 1.0 has none), as prometheus_client does for 1.0.0.
+    """
+    out: list[str] = []
+    append = out.append
+    for metric in _families(source):
+        name = metric.name
+        append(f"# HELP {name} {_escape(metric.documentation)}\n# TYPE {name} {metric.type}\n")
+        if metric.unit:
+            append(f"# UNIT {name} {metric.unit}\n")
+        if isinstance(metric, Rendered):
+            out.extend(metric.chunks)
+            continue
+        for s in metric.samples:
+            if s.native_histogram:
+                continue
+            line = _head(s.name, s.labels)
+            if s.value is not None:
+                line += " " + floatToGoString(s.value)
+            else:
+                line += " "
+            if s.timestamp is not None:
+                line += f" {s.timestamp}"
+            if s.exemplar:
+                if not _exemplar_allowed(metric, s.name):
+                    raise ValueError(f"Metric {name} has exemplars, but is not a histogram bucket or counter")
+                line += _om_exemplar(s.exemplar)
+            append(line + "\n")
+    append("# EOF\n")
+    return "".join(out).encode("utf-8")
+
+
+def _exemplar_allowed(metric: Metric, sample: str) -> bool:
+    if metric.type == "counter":
+        return sample.endswith("_total")
+    if metric.type == "gaugehistogram":
+        return sample.endswith("_bucket")
+    return metric.type == "histogram" and (sample.endswith("_bucket") or sample == metric.name)

@@ -9,7 +9,10 @@ careful scanner only when a value holds `\\`, `\"` or `\n`. A bad line is counte
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
 from operator import itemgetter
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"\s*(,?)')
@@ -53,123 +56,168 @@ class ParseError(ValueError):
     pass
 
 
-# The shape every exporter writes: `name{labels} value [timestamp]`, single spaces. Broad negated classes
-# keep the regex engine fast; names are checked afterwards, once per distinct name.
-_SAMPLE_LINE = re.compile(r"\n([^#\n{ ]+)(?:\{([^\n}]*)\})? ([^ \n]+)(?: ([^ \n]+))?(?=\n|$)")
-# A literal prefix lets the regex engine skip ahead in C; `^` with re.M would test every position.
+# One regex pass over the whole payload, in C, finds every line that is not a comment or blank: either the
+# shape every exporter writes, `name{labels} value [timestamp]` (groups 1-4; broad negated classes keep the
+# engine fast, names are checked afterwards, once per distinct name), or anything else (group 5: escapes,
+# exemplars, odd spacing, bad lines), which the careful scanner reads, that line alone. A literal `\n` before
+# each line lets the engine skip ahead in C; `^` with re.M would test every position. CRLF needs nothing:
+# the `\r` ends up in the value or timestamp, and float() ignores it.
+_LINE = re.compile(r"\n(?:([^#\n{ ]+)(?:\{([^\n}]*)\})? ([^ \n]+)(?: ([^ \n]+))?(?=\n|$)|(?!#)([^\n]+))")
 _TYPE_LINE = re.compile(r"\n# TYPE (\S+)[ \t]+(\S+)")
 _HELP_LINE = re.compile(r"\n# HELP (\S+)(?:[ \t]([^\n]*))?")
+_NAMES, _BLOCKS, _VALUES, _STAMPS, _OTHERS = (itemgetter(i) for i in range(5))
+_new_sample = partial(tuple.__new__, Sample)
 
 
-def parse(text: str) -> Exposition:
+class LabelCache:
+    """Label blocks, `key="value"` pairs and metric names already checked: kept across scrapes of one target.
+
+    A vLLM server sends the same label blocks on every scrape; only the values move. `parse(text)` alone uses
+    a fresh cache (the cold case); the scraper keeps one per server (the steady state). Bounded: cleared when
+    it grows past `limit` entries (a target whose label values churn), so it never holds more than that.
+    """
+
+    __slots__ = ("blocks", "limit", "names", "pairs")
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.blocks: dict[str, Labels] = {"": ()}
+        self.pairs: dict[str, tuple[str, str]] = {}
+        self.names: set[str] = set()
+        self.limit = limit
+
+    def trim(self) -> None:
+        if len(self.blocks) + len(self.pairs) + len(self.names) > self.limit:
+            self.__init__(self.limit)  # type: ignore[misc]
+
+
+class _Fallback(Exception):
+    """Something in the plain-looking lines needs a closer look: read them one by one instead."""
+
+
+def parse(text: str, cache: LabelCache | None = None) -> Exposition:
     """Parse a whole exposition. Samples keep their wire names (with `_total`, `_bucket`, `_created`)."""
     eof = text.find("# EOF")
     if eof != -1 and (eof == 0 or text[eof - 1] == "\n"):
         text = text[:eof]
-    return _parse_fast(text) or _parse_careful(text)
-
-
-def _parse_fast(text: str) -> Exposition | None:
-    """The whole text through one regex, in C; None when any line is not the plain shape it expects."""
-    framed = "\n" + text  # every line starts after a newline: the regexes search for that literal, in C
-    found = _SAMPLE_LINE.findall(framed)
-    lines = framed.count("\n")
-    blank = framed.count("\n\n") + framed.endswith("\n")  # overlapping runs undercount: then the careful path
-    if len(found) != lines - blank - framed.count("\n#"):
-        return None
+    if cache is None:
+        cache = LabelCache()
+    framed = "\n" + text
+    found = _LINE.findall(framed)
     out = Exposition()
-    out.types = dict(_TYPE_LINE.findall(framed))
-    out.helps = {name: _unescape_help(h) for name, h in _HELP_LINE.findall(framed)}
-    cache: dict[str, Labels] = {"": ()}
-    pairs_seen: dict[str, tuple[str, str]] = {}
-    for _name, block, _value, _ts in found:  # label blocks repeat across families and buckets: parse each once
-        if block not in cache:
-            labels = _fast_labels(block, pairs_seen) if "\\" not in block else None
-            if labels is None:
-                return None
-            cache[block] = labels
-    for name in {f[0] for f in found}:
-        if not _NAME.match(name):
-            return None
-    new = tuple.__new__
-    try:
-        out.samples = [new(Sample, (name, cache[block], float(value), float(ts) if ts else None))
-                       for name, block, value, ts in found]
-    except ValueError:
-        return None
+    if "# " in text:
+        out.types = dict(_TYPE_LINE.findall(framed))
+        out.helps = {name: _unescape_help(h) for name, h in _HELP_LINE.findall(framed)}
+    if not any(map(_OTHERS, found)):
+        try:
+            out.samples = _columns(found, cache)
+        except _Fallback:
+            _by_line(found, out, cache)
+    else:
+        _by_line(found, out, cache)
+    cache.trim()
     return out
 
 
-def _parse_careful(text: str) -> Exposition:  # noqa: C901  one hot loop over lines, kept inline for speed
-    """Line by line, with escapes, exemplars and bad lines (counted and skipped)."""
-    out = Exposition()
+def _columns(found: list[tuple[str, str, str, str, str]], cache: LabelCache) -> list[Sample]:
+    """Every line plain: each column converted by C loops (map), Python work only per distinct block or name."""
+    blocks = list(map(_BLOCKS, found))
+    known = cache.blocks
+    for block in set(blocks).difference(known):
+        labels = _fast_labels(block, cache.pairs) if "\\" not in block else None
+        if labels is None:
+            raise _Fallback
+        known[block] = labels
+    names = list(map(_NAMES, found))
+    for name in set(names).difference(cache.names):
+        if not _NAME.match(name):
+            raise _Fallback
+        cache.names.add(name)
+    try:
+        values = list(map(float, map(_VALUES, found)))
+        if any(map(_STAMPS, found)):
+            stamps: Iterable[float | None] = [float(t) if t else None for t in map(_STAMPS, found)]
+        else:
+            stamps = repeat(None)
+    except ValueError:
+        raise _Fallback from None
+    return list(map(_new_sample, zip(names, map(known.__getitem__, blocks), values, stamps, strict=False)))
+
+
+def _by_line(found: list[tuple[str, str, str, str, str]], out: Exposition, cache: LabelCache) -> None:
+    """Line by line: plain lines still through the caches, the rest through the careful scanner, bad ones
+    counted and skipped."""
     samples = out.samples
     append = samples.append
-    empty: Labels = ()
-    labels: Labels | None
-    cache: dict[str, Labels] = {}  # label blocks repeat across families and buckets: parse each once
-    names_ok: set[str] = set()
-    for line in text.split("\n"):
-        if not line:
-            continue
-        first = line[0]
-        if first == "#":
-            if line.startswith("# TYPE "):
-                parts = line.split(None, 3)
-                if len(parts) == 4:
-                    out.types[parts[2]] = parts[3].strip()
-            elif line.startswith("# HELP "):
-                parts = line.split(None, 3)
-                if len(parts) >= 3:
-                    out.helps[parts[2]] = _unescape_help(parts[3]) if len(parts) == 4 else ""
-            elif line.startswith("# EOF"):
-                break
-            continue
-        if first == " " or first == "\t" or first == "\r":
-            line = line.strip()
-            if not line:
-                continue
+    known, names_ok = cache.blocks, cache.names
+    new = tuple.__new__
+    for name, block, value, ts, other in found:
+        if not other:
+            labels = known.get(block)
+            if labels is None and "\\" not in block:
+                labels = _fast_labels(block, cache.pairs)
+                if labels is not None:
+                    known[block] = labels
+            if labels is not None and (name in names_ok or _NAME.match(name)):
+                try:
+                    append(new(Sample, (name, labels, float(value), float(ts) if ts else None)))
+                    names_ok.add(name)
+                    continue
+                except ValueError:
+                    pass
+            other = name + (f"{{{block}}}" if block else "") + " " + value + (" " + ts if ts else "")
         try:
-            space = line.find(" ")
-            brace = line.find("{", 0, space if space != -1 else len(line))  # not an exemplar's brace
-            if brace == -1:
-                parts = line.split()
-                if len(parts) < 2:
-                    raise ParseError("no value")
-                name = parts[0]
-                labels = empty
-                rest = parts[1:]
-            else:
-                name = line[:brace].rstrip()
-                close = line.rfind("}")
-                labels = None
-                if close > brace and "\\" not in line and " # " not in line:
-                    block = line[brace + 1:close]
-                    labels = cache.get(block)
-                    if labels is None:
-                        labels = _fast_labels(block)
-                        if labels is not None and len(cache) < 100_000:
-                            cache[block] = labels
-                    end = close + 1
-                if labels is None:  # escapes, exemplars or an odd shape: the careful scanner decides
-                    labels, end = _labels(line, brace + 1)
-                rest = line[end:].split()
-                if not rest:
-                    raise ParseError("no value")
-            if name not in names_ok:
-                if not _NAME.match(name):
-                    raise ParseError("bad metric name")
-                names_ok.add(name)
-            value = float(rest[0])
-            ts = None
-            if len(rest) > 1 and rest[1] != "#":  # OpenMetrics exemplars follow ` # `
-                ts = float(rest[1])
-            append(Sample(name, labels, value, ts))
+            sample = _careful_line(other, cache)
+            if sample is not None:
+                append(sample)
         except (ParseError, ValueError, IndexError) as exc:
             out.errors += 1
             if out.first_error is None:
-                out.first_error = f"{exc}: {line[:120]!r}"
-    return out
+                out.first_error = f"{exc}: {other[:120]!r}"
+
+
+def _careful_line(line: str, cache: LabelCache) -> Sample | None:
+    """One line with escapes, exemplars or odd spacing; None for a blank one. Raises on a bad line."""
+    first = line[0]
+    if first == " " or first == "\t" or first == "\r":
+        line = line.strip()
+        if not line:
+            return None
+    space = line.find(" ")
+    brace = line.find("{", 0, space if space != -1 else len(line))  # not an exemplar's brace
+    if brace == -1:
+        parts = line.split()
+        if len(parts) < 2:
+            raise ParseError("no value")
+        name = parts[0]
+        labels: Labels | None = ()
+        rest = parts[1:]
+    else:
+        name = line[:brace].rstrip()
+        close = line.rfind("}")
+        labels = None
+        if close > brace and "\\" not in line and " # " not in line:
+            block = line[brace + 1:close]
+            labels = cache.blocks.get(block)
+            if labels is None:
+                labels = _fast_labels(block, cache.pairs)
+                if labels is not None:
+                    cache.blocks[block] = labels
+            end = close + 1
+        if labels is None:  # escapes, exemplars or an odd shape: the careful scanner decides
+            labels, end = _labels(line, brace + 1)
+        rest = line[end:].split()
+        if not rest:
+            raise ParseError("no value")
+    assert labels is not None
+    if name not in cache.names:
+        if not _NAME.match(name):
+            raise ParseError("bad metric name")
+        cache.names.add(name)
+    value = float(rest[0])
+    ts = None
+    if len(rest) > 1 and rest[1] != "#":  # OpenMetrics exemplars follow ` # `
+        ts = float(rest[1])
+    return Sample(name, labels, value, ts)
 
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

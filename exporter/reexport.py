@@ -38,6 +38,11 @@ def render_reexport(server: str, series: dict, extra: dict[str, str] | None = No
             for s in source:
                 labels = {"server": server, **extra, **{k: v for k, v in s.labels if k in names.PASS_LABELS}}
                 samples.append(PCSample(name + part, labels, s.value, None, None))
+        if typ == "histogram":  # OpenMetrics wants each series' buckets, sum and count together
+            order: dict[tuple, int] = {}
+            for x in samples:
+                order.setdefault(tuple(sorted((k, v) for k, v in x.labels.items() if k != "le")), len(order))
+            samples.sort(key=lambda x: order[tuple(sorted((k, v) for k, v in x.labels.items() if k != "le"))])
         lines = [sample_line(x.name, x.labels, x.value, None) for x in samples]
         out[wire] = (samples, "".join(lines))
     return out

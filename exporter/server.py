@@ -7,11 +7,10 @@ from typing import AsyncIterator, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
-from exporter.encode import text_format
 from exporter.httpguard import ConnectionGuard
+from exporter.served import ExpositionCache, accepts_gzip, negotiate
 from exporter.state import DaemonView
 from exporter.webconfig import WebConfig, auth_middleware, san_middleware
 
@@ -22,17 +21,19 @@ class ServedDaemon(DaemonView, Protocol):
     def lifecycle(self, app: web.Application) -> AsyncIterator[None]: ...
 
 
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DAEMON_KEY: web.AppKey[DaemonView] = web.AppKey("daemon")
 REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry")
+CACHE_KEY: web.AppKey[ExpositionCache] = web.AppKey("exposition")
 
 
 async def metrics(request: web.Request) -> web.Response:
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    registry = request.app[REGISTRY_KEY]
-    if "openmetrics" in content_type:
-        return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
-    return web.Response(body=text_format(registry), headers={"Content-Type": TEXT_CONTENT_TYPE})
+    """The cached body in the format and encoding asked for; built only when the state changed."""
+    fmt = negotiate(request.headers.get("Accept", ""))
+    gz = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    headers = {"Content-Type": ExpositionCache.content_type(fmt), "Vary": "Accept, Accept-Encoding"}
+    if gz:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=request.app[CACHE_KEY].body(fmt, gz), headers=headers)
 
 
 async def landing(request: web.Request) -> web.Response:
@@ -73,6 +74,7 @@ def build_app(daemon: ServedDaemon, registry: CollectorRegistry, background: boo
     app = web.Application(middlewares=middlewares)
     app[DAEMON_KEY] = daemon
     app[REGISTRY_KEY] = registry
+    app[CACHE_KEY] = ExpositionCache(registry, daemon.state_version)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", landing)
     app.router.add_get("/healthz", healthz)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter import derive
 from exporter.config import Config, ServerConfig, redact_text
+from exporter.exposition import LabelCache
 from exporter.reexport import render_reexport
+from exporter.vllm.names import PASS_LABELS
 from exporter.vllm.scrape import ScrapeResult
 
 if TYPE_CHECKING:
@@ -35,6 +38,36 @@ def _reexported_keys() -> tuple[str, ...]:
     for wire in names.REEXPORT_HISTOGRAMS:
         keys += [wire + part for part in names.HISTOGRAM_PARTS]
     return tuple(keys)
+
+
+_LABELS = itemgetter(1)
+
+
+def _label_keys(labels: tuple) -> tuple[tuple[str, str], tuple]:
+    """A label set's (model_name, engine) pair and the part of it re-exported; worked out once per set."""
+    d = dict(labels)
+    return (d.get("model_name", ""), d.get("engine", "")), tuple(sorted((k, v) for k, v in labels if k in PASS_LABELS))
+
+
+def _without_repeats(series: dict) -> tuple[dict, int]:
+    """Each family with a label set repeated kept once, and how many samples that dropped."""
+    dropped = 0
+    out: dict = {}
+    for name, group in series.items():
+        if len(set(map(_LABELS, group))) == len(group):  # the usual case, checked in C: no repeats
+            out[name] = group
+            continue
+        seen: set = set()
+        kept = []
+        for s in group:
+            key = s[1]  # the parser's labels are sorted tuples
+            if key in seen:
+                continue
+            seen.add(key)
+            kept.append(s)
+        dropped += len(group) - len(kept)
+        out[name] = kept
+    return out, dropped
 
 
 class ServerState:
@@ -62,6 +95,8 @@ class ServerState:
         self.dropped_series = 0
         self._warned_cap = False
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
+        self._keys: dict[tuple, tuple] = {}  # label set -> ((model_name, engine), the labels passed on): per set, once
+        self.labels = LabelCache()  # this server's label blocks, parsed once across its scrapes
 
     def update(self, result: ScrapeResult, now: float) -> None:
         self.scrapes += 1
@@ -108,26 +143,18 @@ class ServerState:
         pairs, and of the re-exported families one sample per label set we pass on (samples differing only
         in a label we strip would be duplicates on /metrics), MAX_REEXPORTED in all. The rest is counted in
         vllm_headroom_series_dropped_total."""
-        from exporter.vllm.names import PASS_LABELS
-
-        dropped = 0
-        out: dict = {}
-        for name, group in series.items():
-            seen: set = set()
-            kept = []
-            for s in group:
-                key = tuple(sorted(s[1]))
-                if key in seen:
-                    continue
-                seen.add(key)
-                kept.append(s)
-            dropped += len(group) - len(kept)
-            out[name] = kept
-        pairs = sorted({(s.label("model_name"), s.label("engine")) for group in out.values() for s in group})
+        out, dropped = _without_repeats(series)
+        keys = self._keys
+        if len(keys) > 50_000:  # label sets churning without end: start over rather than grow
+            keys.clear()
+        for group in out.values():
+            for labels in set(map(_LABELS, group)).difference(keys):
+                keys[labels] = _label_keys(labels)
+        pairs = sorted({keys[s[1]][0] for group in out.values() for s in group})
         if len(pairs) > MAX_ENGINES:
             keep = set(pairs[:MAX_ENGINES])
             for name, group in list(out.items()):
-                kept = [s for s in group if (s.label("model_name"), s.label("engine")) in keep]
+                kept = [s for s in group if keys[s[1]][0] in keep]
                 dropped += len(group) - len(kept)
                 out[name] = kept
             self._warn_cap(f"{len(pairs)} model/engine pairs, more than the {MAX_ENGINES} kept")
@@ -139,7 +166,7 @@ class ServerState:
             seen = set()
             kept = []
             for s in group:
-                key = tuple(sorted((k, v) for k, v in s[1] if k in PASS_LABELS))
+                key = keys[s[1]][1]
                 if key in seen:
                     continue
                 if budget <= 0:
@@ -194,3 +221,5 @@ class DaemonView(Protocol):
     gpu_owners: dict[str, tuple[str, str]]  # GPU index (or "*") -> (server, role) that uses it
 
     def ready(self) -> bool: ...
+
+    def state_version(self) -> tuple: ...

@@ -16,3 +16,20 @@ def test_log_benchmark_counts_what_it_wrote(tmp_path):
 def test_parse_benchmark_payloads_agree_with_prometheus_client():
     text = bench_parse.payload(8)
     assert sorted(bench_parse.ours(text)) == sorted(bench_parse.theirs(text))
+
+
+def test_every_log_shape_counts_what_it_wrote(tmp_path):
+    for shape in bench_logs.SHAPES:
+        path = str(tmp_path / f"{shape}.log")
+        want = bench_logs.generate(path, 60_000 if shape != "traceback" else 8_000, shape=shape)
+        _, _, got = bench_logs.ours(path, "cri" if shape == "cri" else "plain")
+        assert got == want, shape
+        if shape.endswith("B"):
+            mean = (tmp_path / f"{shape}.log").stat().st_size / want["lines"]
+            assert abs(mean - int(shape[:-1])) < max(60, int(shape[:-1]) * 0.2), (shape, mean)
+
+
+def test_parse_benchmark_variants_agree_with_prometheus_client():
+    for kind in ("escape", "exemplar", "crlf"):
+        text = bench_parse.variant(bench_parse.payload(2), kind)
+        assert sorted(bench_parse.ours(text)) == sorted(bench_parse.theirs(text)), kind

@@ -88,3 +88,28 @@ def test_bad_lines_are_counted_not_fatal():
 def test_html_error_page_yields_no_samples():
     expo = parse("<html><body><h1>502 Bad Gateway</h1></body></html>\n")
     assert expo.samples == [] and expo.errors == 1
+
+
+def test_lines_needing_care_keep_their_place_and_spoil_nothing_else():
+    text = 'a{x="1"} 1\nb{x="q\\"uote"} 2\nc_total 3 # {trace_id="t"} 1.0\nd{x="1"} oops\r\ne{x="1"} 5\r\n'
+    expo = parse(text)
+    assert [(s.name, s.labels, s.value) for s in expo.samples] == [
+        ("a", (("x", "1"),), 1.0), ("b", (("x", 'q"uote'),), 2.0), ("c_total", (), 3.0), ("e", (("x", "1"),), 5.0)]
+    assert expo.errors == 1 and "oops" in expo.first_error
+
+
+@pytest.mark.parametrize("engines", [1, 8])
+def test_crlf_and_a_kept_label_cache_change_nothing(engines):
+    from exporter.exposition import LabelCache
+
+    text = payload(engines, False)
+    want = ours(text)
+    assert ours(text.replace("\n", "\r\n")) == want
+    cache = LabelCache()
+    for _ in range(3):  # the steady state: the same blocks on every scrape, parsed once
+        expo = parse(text, cache)
+        assert sorted((s.name, s.labels, _key(s.value)) for s in expo.samples) == want
+    assert len(cache.blocks) > 10
+    small = LabelCache(limit=50)
+    parse(text, small)
+    assert len(small.blocks) + len(small.pairs) + len(small.names) <= 50  # bounded: cleared when it grows past

@@ -65,6 +65,7 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_procs = 0.0
+        self.version = 0  # bumped when a reading differs from the last one: the /metrics cache's key
         self.driver = backend.driver()
 
     def start(self) -> None:
@@ -107,6 +108,7 @@ class GpuSampler:
                 self._failed(st, GpuError(f"{type(exc).__name__}: {exc}"), start)
                 continue
             with self._lock:
+                before = (st.up, st.used, st.total, st.reserved, st.peak, st.processes)
                 if not st.up and st.errors:
                     log.info("GPU %s is readable again after %d error(s)", index, st.errors)
                 st.up = True
@@ -117,6 +119,8 @@ class GpuSampler:
                 st.last_success = time.time()
                 if procs is not None:
                     st.processes = procs
+                if (st.up, st.used, st.total, st.reserved, st.peak, st.processes) != before:
+                    self.version += 1
 
     def _failed(self, st: GpuState, exc: GpuError, now: float) -> None:
         with self._lock:
@@ -125,6 +129,7 @@ class GpuSampler:
                             " (GPU lost)" if exc.lost else "", exc)
             st.up = False
             st.errors += 1
+            self.version += 1
             st.lost += exc.lost
             st.backoff = min(MAX_BACKOFF_S, max(self.interval_s, st.backoff * 2 or 0.5))
             st.retry_at = now + st.backoff

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from exporter.logs.prefilter import LiteralGate
+
 LOADING_STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown")
 RUNTIME_STAGES = ("prefill", "decode", "runtime_unknown")
 STAGES = LOADING_STAGES + RUNTIME_STAGES
@@ -368,4 +370,6 @@ def number(text: str) -> float:
 
 
 # One search that says whether a line can matter at all; most lines of a busy log say no.
-ANY_HINT = re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")
+# Gated by the literals its alternatives need (exporter/logs/prefilter.py): same answers, C-speed on quiet lines.
+ANY_HINT = LiteralGate(
+    re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\("))

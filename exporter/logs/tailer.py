@@ -107,6 +107,7 @@ class LogTailer:
         self.max_line_bytes = max_line_bytes
         self.save_every_s = save_every_s
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
+        self.version = 0  # bumped by every poll: /metrics is rebuilt only when some source's version moved
         self.analyzer = LogAnalyzer()
         self.health = TailHealth()
         self._fh: BinaryIO | None = None
@@ -267,6 +268,7 @@ class LogTailer:
                 log.exception("%s: unexpected error while reading %s", self.server, self.path)
             self._remember_current()
             self._close()
+        self.version += 1
         self.save_if_due()
         return fed
 

@@ -71,20 +71,42 @@ def canonical(name: str) -> str:
     return new + suffix if new else name
 
 
+# wire name -> (kept, new name or None): the same few hundred names arrive on every scrape of every server
+_ROUTE: dict[str, tuple[bool, str | None]] = {}
+
+
+def _route(name: str) -> tuple[bool, str | None]:
+    route = _ROUTE.get(name)
+    if route is None:
+        if not name.startswith("vllm:"):
+            route = (False, None)
+        else:
+            base, suffix = _split(name)
+            new = RENAMES.get(base)
+            route = (True, new + suffix if new is not None else None)
+        if len(_ROUTE) > 10_000:  # a target inventing names: never grow without bound
+            _ROUTE.clear()
+        _ROUTE[name] = route
+    return route
+
+
 def normalize(samples: list[Sample]) -> dict[str, list[Sample]]:
     """Group vLLM samples by canonical name; where old and new names both appear, keep the new ones."""
     out: dict[str, list[Sample]] = {}
     renamed: dict[str, list[Sample]] = {}
+    route = _ROUTE.get
     for s in samples:
-        name = s.name
-        if not name.startswith("vllm:"):
+        name = s[0]
+        keep, new = route(name) or _route(name)
+        if not keep:
             continue
-        base, suffix = _split(name)
-        new = RENAMES.get(base)
         if new is None:
-            out.setdefault(name, []).append(s)
+            group = out.get(name)
+            if group is None:
+                group = out[name] = []
+            group.append(s)
         else:
-            renamed.setdefault(new + suffix, []).append(Sample(new + suffix, s.labels, s.value, s.timestamp))
+            renamed.setdefault(new, []).append(Sample(new, s.labels, s.value, s.timestamp))
     for name, group in renamed.items():
         base = _split(name)[0]
         if not any(_split(n)[0] == base for n in out):  # the new name is not there: the old one stands in

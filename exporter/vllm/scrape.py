@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.exposition import Sample, parse
+from exporter.exposition import LabelCache, Sample, parse
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
@@ -28,15 +28,18 @@ class ScrapeResult:
     series: dict[str, list[Sample]] = field(default_factory=dict)
 
 
-async def fetch_metrics(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int) -> ScrapeResult:
-    """GET the URL and parse it; never raises for a broken target."""
+async def fetch_metrics(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int,
+                        labels: LabelCache | None = None) -> ScrapeResult:
+    """GET the URL and parse it; never raises for a broken target. `labels`: this target's label cache, kept
+    across its scrapes (its label blocks repeat; only values move)."""
     start = time.monotonic()
-    result = await _fetch(session, url, timeout_s, max_bytes)
+    result = await _fetch(session, url, timeout_s, max_bytes, labels)
     result.duration_s = time.monotonic() - start
     return result
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int) -> ScrapeResult:
+async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int,
+                 labels: LabelCache | None) -> ScrapeResult:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with session.get(url, timeout=timeout, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
@@ -62,14 +65,14 @@ async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max
     except (aiohttp.ClientError, OSError) as exc:
         return ScrapeResult(False, "other", f"{type(exc).__name__}: {str(exc)[:200]}")
     if size > PARSE_INLINE_BYTES:  # a large answer is parsed on a worker thread: /metrics keeps being served
-        return await asyncio.get_running_loop().run_in_executor(None, _parse, chunks, size)
-    return _parse(chunks, size)
+        return await asyncio.get_running_loop().run_in_executor(None, _parse, chunks, size, labels)
+    return _parse(chunks, size, labels)
 
 
-def _parse(chunks: list[bytes], size: int) -> ScrapeResult:
+def _parse(chunks: list[bytes], size: int, labels: LabelCache | None = None) -> ScrapeResult:
     body = b"".join(chunks).decode("utf-8", errors="replace")
     chunks.clear()
-    expo = parse(body)
+    expo = parse(body, labels)
     del body
     if not expo.samples:
         return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size)
