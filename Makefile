@@ -46,9 +46,9 @@ demo: $(STAMP)
 	$(BIN)/vllm-headroom demo
 
 # Lint (ruff, with the settings in pyproject.toml) and types (mypy on exporter/): any finding fails `make test`.
-# `ruff format --check` joins them once the tree has been through one `ruff format` (CONTRIBUTING.md).
 lint: $(STAMP)
 	$(BIN)/ruff check exporter tests benchmarks
+	$(BIN)/ruff format --check exporter tests benchmarks
 	$(BIN)/mypy
 
 test: $(STAMP) system-deps lint

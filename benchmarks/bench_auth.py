@@ -35,6 +35,7 @@ async def _measure(url: str) -> dict:
     stop = time.monotonic() + SECONDS
     good = _auth("prometheus", "right")
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
         async def attacker(i: int) -> int:
             n = 0
             while time.monotonic() < stop:
@@ -63,12 +64,19 @@ async def _measure(url: str) -> dict:
                 times.append(time.perf_counter() - t0)
             return statistics.median(times)
 
-        quiet = {"known_user_refused_ms": await refusal("prometheus") * 1e3,
-                 "unknown_user_refused_ms": await refusal("nobody") * 1e3}
+        quiet = {
+            "known_user_refused_ms": await refusal("prometheus") * 1e3,
+            "unknown_user_refused_ms": await refusal("nobody") * 1e3,
+        }
         results = await asyncio.gather(scraper(), *(attacker(i) for i in range(ATTACKERS)))
     lat = sorted(results[0])
-    return {**quiet, "attack_requests": sum(results[1:]), "scrapes": len(lat),
-            "scrape_p50_ms": lat[len(lat) // 2] * 1e3, "scrape_max_ms": lat[-1] * 1e3}
+    return {
+        **quiet,
+        "attack_requests": sum(results[1:]),
+        "scrapes": len(lat),
+        "scrape_p50_ms": lat[len(lat) // 2] * 1e3,
+        "scrape_max_ms": lat[-1] * 1e3,
+    }
 
 
 def main() -> None:
@@ -77,11 +85,27 @@ def main() -> None:
         hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10)).decode()
         (tmp / "web.yaml").write_text(yaml.safe_dump({"basic_auth_users": {"prometheus": hashed}}))
         port = free_port()
-        cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp / "state"), "gpu": {"backend": "none"},
-               "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics"}]}
+        cfg = {
+            "listen_address": f"127.0.0.1:{port}",
+            "state_dir": str(tmp / "state"),
+            "gpu": {"backend": "none"},
+            "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics"}],
+        }
         (tmp / "c.yaml").write_text(yaml.safe_dump(cfg))
-        proc = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "ERROR", "serve", "--config",
-                                 str(tmp / "c.yaml"), "--web.config.file", str(tmp / "web.yaml")])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--log-level",
+                "ERROR",
+                "serve",
+                "--config",
+                str(tmp / "c.yaml"),
+                "--web.config.file",
+                str(tmp / "web.yaml"),
+            ]
+        )
         try:
             import socket
 

@@ -22,8 +22,10 @@ import yaml
 from benchmarks.common import free_port, record
 from exporter.exposition import parse
 
-OOM = ("(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
-       "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 279.28 GiB of which 1.00 GiB is free.\n")
+OOM = (
+    "(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 279.28 GiB of which 1.00 GiB is free.\n"
+)
 HEALTHY = '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
 
 
@@ -39,13 +41,20 @@ def one_run(trials: int, seed: int) -> dict:
     log = os.path.join(d, "vllm.log")
     open(log, "w").close()
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": os.path.join(d, "state"), "gpu": {"backend": "none"},
-           "servers": [{"name": "vllm-0", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": log}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": os.path.join(d, "state"),
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "vllm-0", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": log}],
+    }
     path = os.path.join(d, "headroom.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
-    serve = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     lat = []
     try:
@@ -76,15 +85,22 @@ def one_run(trials: int, seed: int) -> dict:
         serve.terminate()
         serve.wait(10)
     lat.sort()
-    return {"trials": trials, "p50_s": statistics.median(lat), "p99_s": lat[int(0.99 * (len(lat) - 1))],
-            "max_s": lat[-1]}
+    return {
+        "trials": trials,
+        "p50_s": statistics.median(lat),
+        "p99_s": lat[int(0.99 * (len(lat) - 1))],
+        "max_s": lat[-1],
+    }
 
 
 def main(trials: int = 100, runs: int = 3) -> list[dict]:
     results = [one_run(trials, seed) for seed in range(runs)]
     for r in results:
-        print(f"OOM line -> /metrics: p50 {r['p50_s'] * 1e3:.0f} ms, p99 {r['p99_s'] * 1e3:.0f} ms, "
-              f"max {r['max_s'] * 1e3:.0f} ms over {trials} trials", flush=True)
+        print(
+            f"OOM line -> /metrics: p50 {r['p50_s'] * 1e3:.0f} ms, p99 {r['p99_s'] * 1e3:.0f} ms, "
+            f"max {r['max_s'] * 1e3:.0f} ms over {trials} trials",
+            flush=True,
+        )
     row = {"trials": trials, "runs": runs}
     for key in ("p50_s", "p99_s", "max_s"):
         values = [r[key] for r in results]

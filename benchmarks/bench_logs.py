@@ -26,8 +26,10 @@ PROG = os.path.join(os.path.dirname(__file__), "vllm_log.mtail")
 
 
 SHAPES = ("mix", "80B", "200B", "500B", "2000B", "cri", "traceback")
-_PROMPT = ("Summarize the incident report: the node ran out of memory at 3 a.m. and the on-call engineer "
-           "restarted the server twice before the KV cache settled; list what to check first next time. ")
+_PROMPT = (
+    "Summarize the incident report: the node ran out of memory at 3 a.m. and the on-call engineer "
+    "restarted the server twice before the KV cache settled; list what to check first next time. "
+)
 
 
 def _fit(line: str, pad: str, width: int | None) -> str:
@@ -35,21 +37,23 @@ def _fit(line: str, pad: str, width: int | None) -> str:
     if width is None:
         return line.replace("{pad}", pad)
     room = width - (len(line) - len("{pad}"))
-    text = (pad * (room // max(1, len(pad)) + 1))[:max(1, room)]
+    text = (pad * (room // max(1, len(pad)) + 1))[: max(1, room)]
     return line.replace("{pad}", text)
 
 
 def _traceback(t: str, proc: str, last: str) -> list[str]:
     """A traceback as vLLM's EngineCore or API server logs it: header, frames with their code, exception."""
     p = f"{proc} ERROR {t} [core.py:916] "
-    frames = [("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 701, "run_engine_core"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 728, "run_busy_loop"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 754, "_process_engine_step"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 289, "step"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/executor/abstract.py", 87, "execute_model"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", 342, "execute_model"),
-              ("/usr/lib/python3.12/site-packages/torch/utils/_contextlib.py", 116, "decorate_context"),
-              ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model")]
+    frames = [
+        ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 701, "run_engine_core"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 728, "run_busy_loop"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 754, "_process_engine_step"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 289, "step"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/executor/abstract.py", 87, "execute_model"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", 342, "execute_model"),
+        ("/usr/lib/python3.12/site-packages/torch/utils/_contextlib.py", 116, "decorate_context"),
+        ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model"),
+    ]
     out = [p + "Traceback (most recent call last):"]
     for path, line, func in frames:
         out += [p + f'  File "{path}", line {line}, in {func}', p + "    return func(*args, **kwargs)"]
@@ -74,39 +78,71 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix
             r = rng.random()
             oom_due = (n % 100_000 == 50_000) if shape != "traceback" else (n % 2_000 == 1_000)
             if oom_due:
-                block = [f"(EngineCore_DP0 pid=212) ERROR {t} [dump_input.py:79] Dumping scheduler output for model "
-                         f"execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{c-1: 1}})"]
-                block += _traceback(t, "(EngineCore_DP0 pid=212)",
-                                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
-                                    "has a total capacity of 279.28 GiB of which 1.0 GiB is free.")
+                block = [
+                    f"(EngineCore_DP0 pid=212) ERROR {t} [dump_input.py:79] Dumping scheduler output for model "
+                    f"execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{c-1: 1}})"
+                ]
+                block += _traceback(
+                    t,
+                    "(EngineCore_DP0 pid=212)",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                    "has a total capacity of 279.28 GiB of which 1.0 GiB is free.",
+                )
                 counts["oom"] += 1
             elif shape == "traceback" and n % 40 == 20:
-                block = _traceback(t, "(APIServer pid=1)", "ValueError: This model's maximum context length is "
-                                   "1048576 tokens. However, you requested 1100000 tokens.")
+                block = _traceback(
+                    t,
+                    "(APIServer pid=1)",
+                    "ValueError: This model's maximum context length is "
+                    "1048576 tokens. However, you requested 1100000 tokens.",
+                )
                 counts["context_rejected"] += 1
             elif r < 0.60:
-                block = [_fit(f'(APIServer pid=1) INFO:     10.0.{rng.randrange(256)}.{rng.randrange(256)}:'
-                              f'{rng.randrange(1024, 65535)} - "POST /v1/chat/completions?user={{pad}} HTTP/1.1" 200 OK',
-                              f"{rng.getrandbits(32):08x}", width)]
+                block = [
+                    _fit(
+                        f"(APIServer pid=1) INFO:     10.0.{rng.randrange(256)}.{rng.randrange(256)}:"
+                        f'{rng.randrange(1024, 65535)} - "POST /v1/chat/completions?user={{pad}} HTTP/1.1" 200 OK',
+                        f"{rng.getrandbits(32):08x}",
+                        width,
+                    )
+                ]
             elif r < 0.80:
-                block = [_fit(f"(APIServer pid=1) INFO {t} [logger.py:40] Received request chatcmpl-"
-                              f"{rng.getrandbits(64):016x}: prompt: '{{pad}}', params: SamplingParams(n=1, "
-                              f"temperature=0.7, max_tokens=1024), lora_request: None.", _PROMPT, width)]
+                block = [
+                    _fit(
+                        f"(APIServer pid=1) INFO {t} [logger.py:40] Received request chatcmpl-"
+                        f"{rng.getrandbits(64):016x}: prompt: '{{pad}}', params: SamplingParams(n=1, "
+                        f"temperature=0.7, max_tokens=1024), lora_request: None.",
+                        _PROMPT,
+                        width,
+                    )
+                ]
             elif r < 0.90:
-                block = [f"(APIServer pid=1) INFO {t} [loggers.py:123] Engine 000: Avg prompt throughput: "
-                         f"{rng.uniform(1000, 20000):.1f} tokens/s, Avg generation throughput: {rng.uniform(100, 900):.1f}"
-                         f" tokens/s, Running: {rng.randrange(64)} reqs, Waiting: {rng.randrange(8)} reqs, GPU KV cache "
-                         f"usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 100):.1f}%"]
+                block = [
+                    f"(APIServer pid=1) INFO {t} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                    f"{rng.uniform(1000, 20000):.1f} tokens/s, Avg generation throughput: {rng.uniform(100, 900):.1f}"
+                    f" tokens/s, Running: {rng.randrange(64)} reqs, Waiting: {rng.randrange(8)} reqs, GPU KV cache "
+                    f"usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 100):.1f}%"
+                ]
             elif r < 0.9995:
-                block = [_fit(f"(EngineCore_DP0 pid=212) INFO {t} [scheduler.py:512] Added request {{pad}} to the "
-                              f"waiting queue.", f"chatcmpl-{rng.getrandbits(64):016x}", width)]
+                block = [
+                    _fit(
+                        f"(EngineCore_DP0 pid=212) INFO {t} [scheduler.py:512] Added request {{pad}} to the "
+                        f"waiting queue.",
+                        f"chatcmpl-{rng.getrandbits(64):016x}",
+                        width,
+                    )
+                ]
             elif r < 0.99975:
-                block = [f"WARNING {t} scheduler.py:1491] Sequence group cmpl-{rng.getrandbits(32):08x} is preempted by "
-                         f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."]
+                block = [
+                    f"WARNING {t} scheduler.py:1491] Sequence group cmpl-{rng.getrandbits(32):08x} is preempted by "
+                    f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."
+                ]
                 counts["preemption"] += 1
             else:
-                block = [f"(APIServer pid=1) ERROR {t} [serving_chat.py:222] ValueError: This model's maximum context "
-                         f"length is 1048576 tokens. However, you requested 1100000 tokens."]
+                block = [
+                    f"(APIServer pid=1) ERROR {t} [serving_chat.py:222] ValueError: This model's maximum context "
+                    f"length is 1048576 tokens. However, you requested 1100000 tokens."
+                ]
                 counts["context_rejected"] += 1
             if shape == "cri":
                 block = [f"2026-11-20T10:10:07.{n % 1_000_000_000:09d}Z stdout F {b}" for b in block]
@@ -127,8 +163,16 @@ def ours(path: str, fmt: str = "plain") -> tuple[float, float, dict[str, int]]:
     t.poll()
     wall, used = time.perf_counter() - start, time.process_time() - cpu
     c = t.analyzer.counts
-    return wall, used, {"oom": c["oom"], "preemption": c["preemption"], "context_rejected": c["context_rejected"],
-                        "lines": t.health.lines_read}
+    return (
+        wall,
+        used,
+        {
+            "oom": c["oom"],
+            "preemption": c["preemption"],
+            "context_rejected": c["context_rejected"],
+            "lines": t.health.lines_read,
+        },
+    )
 
 
 def mtail(path: str) -> tuple[float, float, dict[str, int]]:
@@ -139,17 +183,31 @@ def mtail(path: str) -> tuple[float, float, dict[str, int]]:
     shutil.copy(PROG, progs)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    r = subprocess.run([binary, "--progs", progs, "--logs", path, "--one_shot", "--one_shot_format", "json",
-                        "--logtostderr"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [binary, "--progs", progs, "--logs", path, "--one_shot", "--one_shot_format", "json", "--logtostderr"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     data = json.loads(r.stdout)
+
     def value(name: str) -> int:
-        return int(sum(p["Value"]["Value"] for p in data[name][0]["LabelValues"]) if data[name][0].get("LabelValues")
-                   else 0)
-    return wall, cpu, {"oom": value("vllm_oom_events_total"), "preemption": value("vllm_preemptions_total"),
-                       "context_rejected": value("vllm_context_rejected_total")}
+        return int(
+            sum(p["Value"]["Value"] for p in data[name][0]["LabelValues"]) if data[name][0].get("LabelValues") else 0
+        )
+
+    return (
+        wall,
+        cpu,
+        {
+            "oom": value("vllm_oom_events_total"),
+            "preemption": value("vllm_preemptions_total"),
+            "context_rejected": value("vllm_context_rejected_total"),
+        },
+    )
 
 
 def raw(path: str) -> float:
@@ -183,8 +241,13 @@ def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
             runs["mtail"].append((mw, mc))
             runs["raw"].append((raw(path), 0.0))
             ratios.append(mw / w)
-        row = {"shape": shape, "lines": want["lines"], "bytes": size, "bytes_per_line": size / want["lines"],
-               "events": {k: want[k] for k in ("oom", "preemption", "context_rejected")}}
+        row = {
+            "shape": shape,
+            "lines": want["lines"],
+            "bytes": size,
+            "bytes_per_line": size / want["lines"],
+            "events": {k: want[k] for k in ("oom", "preemption", "context_rejected")},
+        }
         for name, values in runs.items():
             wall = statistics.median(v[0] for v in values)
             row[f"{name}_wall_s"] = wall
@@ -192,10 +255,13 @@ def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
             row[f"{name}_lines_per_s"] = want["lines"] / wall
         row.update(ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios), runs=repeats)
         rows.append(row)
-        print(f"{shape:>9}: {want['lines']:>8} lines, {row['bytes_per_line']:5.0f} B/line; ours "
-              f"{row['ours_lines_per_s'] / 1e3:7.0f} k lines/s, mtail {row['mtail_lines_per_s'] / 1e3:7.0f} k lines/s, "
-              f"raw {row['raw_lines_per_s'] / 1e3:7.0f} k; ours/mtail {row['ratio']:.2f}x "
-              f"({row['ratio_min']:.2f}-{row['ratio_max']:.2f})", flush=True)
+        print(
+            f"{shape:>9}: {want['lines']:>8} lines, {row['bytes_per_line']:5.0f} B/line; ours "
+            f"{row['ours_lines_per_s'] / 1e3:7.0f} k lines/s, mtail {row['mtail_lines_per_s'] / 1e3:7.0f} k lines/s, "
+            f"raw {row['raw_lines_per_s'] / 1e3:7.0f} k; ours/mtail {row['ratio']:.2f}x "
+            f"({row['ratio_min']:.2f}-{row['ratio_max']:.2f})",
+            flush=True,
+        )
         shutil.rmtree(d)
     record("logs", rows)
     return rows

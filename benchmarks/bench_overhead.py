@@ -18,10 +18,12 @@ from benchmarks.common import record, serve_with_fleet
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SIZES = (1, 16, 64)
-PROMETHEUS = {"Accept": "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
-                        "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
-                        "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
-              "Accept-Encoding": "gzip"}
+PROMETHEUS = {
+    "Accept": "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
+    "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    "Accept-Encoding": "gzip",
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -84,14 +86,27 @@ def main(seconds: int = 60, repeats: int = 3, warmup: int = 10) -> list[dict]:
         for n in SIZES:
             r = one_run(n, seconds, warmup)
             runs[n].append(r)
-            print(f"{n:>3} servers: {r['core_percent']:.2f} % of a core, peak RSS {r['peak_rss_mb']:.1f} MB", flush=True)
+            print(
+                f"{n:>3} servers: {r['core_percent']:.2f} % of a core, peak RSS {r['peak_rss_mb']:.1f} MB", flush=True
+            )
     rows = []
     for n, rs in runs.items():
         cores = [r["core_percent"] for r in rs]
-        rows.append({"servers": n, "gpus": 8, "logs": n, "log_lines_per_s": 20, "scrape_interval_s": 5,
-                     "core_percent": statistics.median(cores), "core_percent_min": min(cores),
-                     "core_percent_max": max(cores), "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
-                     "runs": len(rs), "duration_s": statistics.median(r["duration_s"] for r in rs)})
+        rows.append(
+            {
+                "servers": n,
+                "gpus": 8,
+                "logs": n,
+                "log_lines_per_s": 20,
+                "scrape_interval_s": 5,
+                "core_percent": statistics.median(cores),
+                "core_percent_min": min(cores),
+                "core_percent_max": max(cores),
+                "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
+                "runs": len(rs),
+                "duration_s": statistics.median(r["duration_s"] for r in rs),
+            }
+        )
     points = [(r["servers"], r["core_percent"]) for r in rows]
     slope = _slope(points)
     seg = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(points, points[1:], strict=False)]

@@ -50,8 +50,11 @@ def _key(v: float):
 
 
 def theirs(text: str) -> list:
-    return [(s.name, tuple(sorted(s.labels.items())), _key(s.value))
-            for fam in text_string_to_metric_families(text) for s in fam.samples]
+    return [
+        (s.name, tuple(sorted(s.labels.items())), _key(s.value))
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
 
 
 def ours(text: str) -> list:
@@ -87,9 +90,14 @@ def paired(text: str, repeats: int, steady: bool) -> dict:
         t_ours.append(a)
         t_theirs.append(b)
         ratios.append(b / a)
-    return {"ours_ms": statistics.median(t_ours) * 1e3, "prometheus_client_ms": statistics.median(t_theirs) * 1e3,
-            "speedup": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios),
-            "runs": repeats}
+    return {
+        "ours_ms": statistics.median(t_ours) * 1e3,
+        "prometheus_client_ms": statistics.median(t_theirs) * 1e3,
+        "speedup": statistics.median(ratios),
+        "speedup_min": min(ratios),
+        "speedup_max": max(ratios),
+        "runs": repeats,
+    }
 
 
 def main(repeats: int = 5) -> list[dict]:
@@ -100,12 +108,20 @@ def main(repeats: int = 5) -> list[dict]:
         text = variant(payload(engines), kind)
         a, b = sorted(ours(text)), sorted(theirs(text))
         assert a == b, f"samples differ for {engines} engines ({kind})"
-        row = {"engines": engines, "case": kind, "bytes": len(text), "samples": len(a),
-               **paired(text, repeats if engines < 128 else 3, kind == "steady")}
+        row = {
+            "engines": engines,
+            "case": kind,
+            "bytes": len(text),
+            "samples": len(a),
+            **paired(text, repeats if engines < 128 else 3, kind == "steady"),
+        }
         rows.append(row)
-        print(f"{engines:>3} engines {kind:>8} {len(text):>8} B {len(a):>6} samples: ours {row['ours_ms']:8.2f} ms, "
-              f"prometheus_client {row['prometheus_client_ms']:8.2f} ms, {row['speedup']:5.1f}x "
-              f"({row['speedup_min']:.1f}-{row['speedup_max']:.1f})", flush=True)
+        print(
+            f"{engines:>3} engines {kind:>8} {len(text):>8} B {len(a):>6} samples: ours {row['ours_ms']:8.2f} ms, "
+            f"prometheus_client {row['prometheus_client_ms']:8.2f} ms, {row['speedup']:5.1f}x "
+            f"({row['speedup_min']:.1f}-{row['speedup_max']:.1f})",
+            flush=True,
+        )
     record("parse", rows)
     return rows
 

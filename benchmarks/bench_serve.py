@@ -22,9 +22,11 @@ import urllib.request
 
 from benchmarks.common import free_port, record, serve_with_fleet
 
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
-                     "application/openmetrics-text;version=0.0.1;q=0.5,"
-                     "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
 HEADERS = {"prometheus": {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}, "plain": {}}
 
 
@@ -75,8 +77,11 @@ def main(seconds: int = 10, repeats: int = 3) -> list[dict]:
             sys.exit(f"{tool} is not installed: apt-get install wrk prometheus-node-exporter")
     serve, fleet, ours_port = serve_with_fleet(16, "5s", 2)
     node_port = free_port()
-    node = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{node_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = subprocess.Popen(
+        ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{node_port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     urls = {"ours": f"http://127.0.0.1:{ours_port}/metrics", "node_exporter": f"http://127.0.0.1:{node_port}/metrics"}
     rows = []
     try:
@@ -91,18 +96,39 @@ def main(seconds: int = 10, repeats: int = 3) -> list[dict]:
                 ratios.append(runs["ours"][-1]["req_per_s"] / runs["node_exporter"][-1]["req_per_s"])
             for name, rs in runs.items():
                 wire, body, ctype = sizes[name]
-                rows.append({"headers": shape, "server": name, "wire_bytes": wire, "body_bytes": body,
-                             "content_type": ctype.split(";")[0],
-                             "req_per_s": statistics.median(r["req_per_s"] for r in rs),
-                             "req_per_s_runs": [r["req_per_s"] for r in rs],
-                             "p50_ms": statistics.median(r["p50_ms"] for r in rs),
-                             "p99_ms": statistics.median(r["p99_ms"] for r in rs)})
-                print(f"{shape:>10} {name:>14}: {wire:>7} B on the wire ({body} B), {rows[-1]['req_per_s']:8.1f} "
-                      f"req/s, p50 {rows[-1]['p50_ms']:.2f} ms, p99 {rows[-1]['p99_ms']:.2f} ms", flush=True)
-            rows.append({"headers": shape, "server": "ratio_ours_over_node_exporter",
-                         "value": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "runs": ratios})
-            print(f"{shape:>10} ours / node_exporter req/s: {statistics.median(ratios):.2f} "
-                  f"({min(ratios):.2f}-{max(ratios):.2f})", flush=True)
+                rows.append(
+                    {
+                        "headers": shape,
+                        "server": name,
+                        "wire_bytes": wire,
+                        "body_bytes": body,
+                        "content_type": ctype.split(";")[0],
+                        "req_per_s": statistics.median(r["req_per_s"] for r in rs),
+                        "req_per_s_runs": [r["req_per_s"] for r in rs],
+                        "p50_ms": statistics.median(r["p50_ms"] for r in rs),
+                        "p99_ms": statistics.median(r["p99_ms"] for r in rs),
+                    }
+                )
+                print(
+                    f"{shape:>10} {name:>14}: {wire:>7} B on the wire ({body} B), {rows[-1]['req_per_s']:8.1f} "
+                    f"req/s, p50 {rows[-1]['p50_ms']:.2f} ms, p99 {rows[-1]['p99_ms']:.2f} ms",
+                    flush=True,
+                )
+            rows.append(
+                {
+                    "headers": shape,
+                    "server": "ratio_ours_over_node_exporter",
+                    "value": statistics.median(ratios),
+                    "min": min(ratios),
+                    "max": max(ratios),
+                    "runs": ratios,
+                }
+            )
+            print(
+                f"{shape:>10} ours / node_exporter req/s: {statistics.median(ratios):.2f} "
+                f"({min(ratios):.2f}-{max(ratios):.2f})",
+                flush=True,
+            )
     finally:
         node.terminate()
         serve.terminate()

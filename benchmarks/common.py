@@ -30,13 +30,16 @@ def free_port() -> int:
 
 def record(section: str, rows: list[dict]) -> None:
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[section] = {"rows": rows, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-                     "loadavg_1m": os.getloadavg()[0]}  # how busy the shared machine was as the section ended
+    data[section] = {
+        "rows": rows,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "loadavg_1m": os.getloadavg()[0],
+    }  # how busy the shared machine was as the section ended
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: bool = False,
-                     window: str = "5m") -> tuple:
+def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: bool = False, window: str = "5m") -> tuple:
     """`vllm-headroom serve` (8 fake GPUs at 10 Hz) watching a fleet of simulated servers and their logs.
 
     Returns (serve process, fleet process, exporter port); the caller terminates both.
@@ -52,14 +55,22 @@ def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: boo
     fleet = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     info = json.loads(fleet.stdout.readline())
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": os.path.join(d, "state"),
-           "gpu": {"backend": "fake", "fake_count": 8, "sample_interval": "100ms"},
-           "windows": {"prefix_cache_hit_ratio": window},
-           "servers": [{"name": f"vllm-{i}", "url": f"http://127.0.0.1:{p}/metrics", "interval": interval,
-                        "log": info["logs"][i]} for i, p in enumerate(info["ports"])]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": os.path.join(d, "state"),
+        "gpu": {"backend": "fake", "fake_count": 8, "sample_interval": "100ms"},
+        "windows": {"prefix_cache_hit_ratio": window},
+        "servers": [
+            {"name": f"vllm-{i}", "url": f"http://127.0.0.1:{p}/metrics", "interval": interval, "log": info["logs"][i]}
+            for i, p in enumerate(info["ports"])
+        ],
+    }
     path = os.path.join(d, "headroom.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
-    serve = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return serve, fleet, port

@@ -39,8 +39,9 @@ async def main(n: int, workdir: str, lines_per_s: float, churn: bool = False) ->
         if churn and now - last_churn >= 20:
             last_churn = now
             for i, st in enumerate(standins):
-                metrics[i] = st.metrics = VllmMetrics(engines=2, model_name=f"model-{i % 4}",
-                                                      first_engine=(metrics[i].first_engine + 2) % 1000)
+                metrics[i] = st.metrics = VllmMetrics(
+                    engines=2, model_name=f"model-{i % 4}", first_engine=(metrics[i].first_engine + 2) % 1000
+                )
         if churn and now - last_rotate >= 30:
             last_rotate = now
             for path in logs:
@@ -56,5 +57,11 @@ async def main(n: int, workdir: str, lines_per_s: float, churn: bool = False) ->
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 2.0,
-                     len(sys.argv) > 4 and sys.argv[4] == "churn"))
+    asyncio.run(
+        main(
+            int(sys.argv[1]),
+            sys.argv[2],
+            float(sys.argv[3]) if len(sys.argv) > 3 else 2.0,
+            len(sys.argv) > 4 and sys.argv[4] == "churn",
+        )
+    )

@@ -26,8 +26,10 @@ def hot_spots(collapsed: str, top: int = 8) -> list[tuple[str, float, float]]:
     samples = 0
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
-                  if " (" in f else f for f in stack.split(";")]
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
+            for f in stack.split(";")
+        ]
         leaf = frames[-1]
         if any(w in leaf for w in ("select (", "epoll", "wait (threading", "_worker (concurrent", "poll (")):
             continue  # sleeping, not working
@@ -47,9 +49,26 @@ def main(seconds: int = 60) -> None:
     out = tempfile.mktemp(suffix=".txt")
     try:
         time.sleep(15)
-        rec = subprocess.Popen([spy, "record", "--pid", str(serve.pid), "--duration", str(seconds), "--rate", "200",
-                                "--format", "raw", "--threads", "--nonblocking", "-o", out],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rec = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(serve.pid),
+                "--duration",
+                str(seconds),
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--threads",
+                "--nonblocking",
+                "-o",
+                out,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         end = time.monotonic() + seconds
         while time.monotonic() < end:  # a Prometheus scraping every 15 s, with its headers
             req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=HEADERS["prometheus"])

@@ -53,83 +53,136 @@ def _load(r: dict, section: str) -> str:
 def write_doc() -> str:
     r = json.loads(RESULTS.read_text())
     s = r["summary"]
-    out = ["# Performance", "",
-           "Measured by `make bench` (`python -m benchmarks.run`; results in `benchmarks/results.json`, whose "
-           "`summary` holds the figures below) on this project's CI-sized machine: "
-           f"{r['parse']['cpus']} cores, shared with other jobs while it ran (the load average is given per "
-           "section), so absolute times are noisy: every comparison is a ratio from paired runs (ours and the peer "
-           "on the same input, one right after the other), the median of at least three pairs, with the spread.",
-           "", "## Targets (issue 17)", "", "| figure | target | this run | |", "| --- | --- | --- | --- |"]
+    out = [
+        "# Performance",
+        "",
+        "Measured by `make bench` (`python -m benchmarks.run`; results in `benchmarks/results.json`, whose "
+        "`summary` holds the figures below) on this project's CI-sized machine: "
+        f"{r['parse']['cpus']} cores, shared with other jobs while it ran (the load average is given per "
+        "section), so absolute times are noisy: every comparison is a ratio from paired runs (ours and the peer "
+        "on the same input, one right after the other), the median of at least three pairs, with the spread.",
+        "",
+        "## Targets (issue 17)",
+        "",
+        "| figure | target | this run | |",
+        "| --- | --- | --- | --- |",
+    ]
     for key, (target, ok) in TARGETS.items():
         v = s[key]
         shown = f"{v:.2f}" if key != "overhead_core_percent_per_server" else f"{v:.3f}"
         out.append(f"| `{key}` | {target} | {shown} | {'met' if ok(v) else '**missed**'} |")
     p = r["parse"]["rows"]
-    out += ["", "## Exposition parsing (vs `prometheus_client.parser`)", "",
-            f"vLLM payloads as vLLM makes them (prometheus_client, full histograms); samples compared before timing; "
-            f"each side the fastest of 3 tries with the GC off, 5 paired runs (3 at 128 engines); {_load(r, 'parse')}. "
-            "`cold`: a fresh parse; `steady`: label blocks kept across scrapes, as the daemon does per server; "
-            "`escape`/`exemplar`/`crlf`: one escaped label value, one exemplar, or CRLF line ends (cold; those "
-            "lines fall back to the careful scanner one by one, the rest stays on the fast path).", "",
-            "| case | DP engines | bytes | samples | ours ms | prometheus_client ms | speed-up (spread) |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {x['case']} | {x['engines']} | {x['bytes']} | {x['samples']} | {x['ours_ms']:.2f} | "
-            f"{x['prometheus_client_ms']:.2f} | {x['speedup']:.1f}× ({x['speedup_min']:.1f}-{x['speedup_max']:.1f}) |"
-            for x in p]
+    out += [
+        "",
+        "## Exposition parsing (vs `prometheus_client.parser`)",
+        "",
+        f"vLLM payloads as vLLM makes them (prometheus_client, full histograms); samples compared before timing; "
+        f"each side the fastest of 3 tries with the GC off, 5 paired runs (3 at 128 engines); {_load(r, 'parse')}. "
+        "`cold`: a fresh parse; `steady`: label blocks kept across scrapes, as the daemon does per server; "
+        "`escape`/`exemplar`/`crlf`: one escaped label value, one exemplar, or CRLF line ends (cold; those "
+        "lines fall back to the careful scanner one by one, the rest stays on the fast path).",
+        "",
+        "| case | DP engines | bytes | samples | ours ms | prometheus_client ms | speed-up (spread) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    out += [
+        f"| {x['case']} | {x['engines']} | {x['bytes']} | {x['samples']} | {x['ours_ms']:.2f} | "
+        f"{x['prometheus_client_ms']:.2f} | {x['speedup']:.1f}× ({x['speedup_min']:.1f}-{x['speedup_max']:.1f}) |"
+        for x in p
+    ]
     lg = r["logs"]["rows"]
-    out += ["", "## Log scanning (vs Debian's mtail `--one_shot`)", "",
-            "Tailer + stage machine against an mtail program counting the same events (`benchmarks/vllm_log.mtail`); "
-            "event counts asserted equal for every shape and run before any speed counts; 3 paired runs; "
-            f"{_load(r, 'logs')}. Wall-clock lines/s (mtail uses several threads; ours one); raw = reading the file "
-            "and counting newlines.", "",
-            "| shape | lines | bytes/line | ours lines/s | mtail lines/s | raw lines/s | ours CPU s | mtail CPU s | "
-            "ours / mtail (spread) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {x['shape']} | {x['lines']:,} | {x['bytes_per_line']:.0f} | {x['ours_lines_per_s']:,.0f} | "
-            f"{x['mtail_lines_per_s']:,.0f} | {x['raw_lines_per_s']:,.0f} | {x['ours_cpu_s']:.2f} | "
-            f"{x['mtail_cpu_s']:.2f} | **{x['ratio']:.2f}×** ({x['ratio_min']:.2f}-{x['ratio_max']:.2f}) |" for x in lg]
+    out += [
+        "",
+        "## Log scanning (vs Debian's mtail `--one_shot`)",
+        "",
+        "Tailer + stage machine against an mtail program counting the same events (`benchmarks/vllm_log.mtail`); "
+        "event counts asserted equal for every shape and run before any speed counts; 3 paired runs; "
+        f"{_load(r, 'logs')}. Wall-clock lines/s (mtail uses several threads; ours one); raw = reading the file "
+        "and counting newlines.",
+        "",
+        "| shape | lines | bytes/line | ours lines/s | mtail lines/s | raw lines/s | ours CPU s | mtail CPU s | "
+        "ours / mtail (spread) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    out += [
+        f"| {x['shape']} | {x['lines']:,} | {x['bytes_per_line']:.0f} | {x['ours_lines_per_s']:,.0f} | "
+        f"{x['mtail_lines_per_s']:,.0f} | {x['raw_lines_per_s']:,.0f} | {x['ours_cpu_s']:.2f} | "
+        f"{x['mtail_cpu_s']:.2f} | **{x['ratio']:.2f}×** ({x['ratio_min']:.2f}-{x['ratio_max']:.2f}) |"
+        for x in lg
+    ]
     sv = r["serve"]["rows"]
-    out += ["", "## Serving /metrics under wrk (vs prometheus-node-exporter)", "",
-            "`vllm-headroom serve` with live state: scraping 16 simulated vLLM servers (2 DP engines each, every 5 s), "
-            "following their 16 logs (20 lines/s each) and sampling 8 fake GPUs at 10 Hz while `wrk -t2 -c8 -d10s` "
-            "loads it; node_exporter collects on every request. `prometheus`: the headers Prometheus 3.x sends "
-            "(OpenMetrics preferred, `Accept-Encoding: gzip`); `plain`: no Accept header, no compression. 3 paired, "
-            f"interleaved runs per shape; {_load(r, 'serve')}.", "",
-            "| headers | server | content type | bytes on the wire | body bytes | req/s | p50 ms | p99 ms |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out += [
+        "",
+        "## Serving /metrics under wrk (vs prometheus-node-exporter)",
+        "",
+        "`vllm-headroom serve` with live state: scraping 16 simulated vLLM servers (2 DP engines each, every 5 s), "
+        "following their 16 logs (20 lines/s each) and sampling 8 fake GPUs at 10 Hz while `wrk -t2 -c8 -d10s` "
+        "loads it; node_exporter collects on every request. `prometheus`: the headers Prometheus 3.x sends "
+        "(OpenMetrics preferred, `Accept-Encoding: gzip`); `plain`: no Accept header, no compression. 3 paired, "
+        f"interleaved runs per shape; {_load(r, 'serve')}.",
+        "",
+        "| headers | server | content type | bytes on the wire | body bytes | req/s | p50 ms | p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for x in sv:
         if x["server"] == "ratio_ours_over_node_exporter":
-            out.append(f"| {x['headers']} | **ours / node_exporter** | | | | **{x['value']:.2f}×** "
-                       f"({x['min']:.2f}-{x['max']:.2f}) | | |")
+            out.append(
+                f"| {x['headers']} | **ours / node_exporter** | | | | **{x['value']:.2f}×** "
+                f"({x['min']:.2f}-{x['max']:.2f}) | | |"
+            )
         else:
-            out.append(f"| {x['headers']} | {x['server']} | {x['content_type']} | {x['wire_bytes']} | {x['body_bytes']} "
-                       f"| {x['req_per_s']:.1f} | {x['p50_ms']:.1f} | {x['p99_ms']:.1f} |")
+            out.append(
+                f"| {x['headers']} | {x['server']} | {x['content_type']} | {x['wire_bytes']} | {x['body_bytes']} "
+                f"| {x['req_per_s']:.1f} | {x['p50_ms']:.1f} | {x['p99_ms']:.1f} |"
+            )
     ov = r["overhead"]["rows"]
     slope = next(x for x in ov if x["servers"] == "slope")
-    out += ["", "## Overhead of `serve`", "",
-            "8 fake GPUs sampled at 10 Hz, N simulated servers scraped every 5 s, N logs growing at 20 lines/s, "
-            "/metrics scraped every 15 s with Prometheus' headers; CPU time of the `serve` process from /proc (so the "
-            f"machine's other load does not count in it) over {ov[0]['duration_s']:.0f} s after a warm-up; 3 "
-            f"interleaved runs per N; {_load(r, 'overhead')}.", "",
-            "| servers | % of one core (spread) | peak RSS MB |", "| --- | --- | --- |"]
-    out += [f"| {x['servers']} | {x['core_percent']:.2f} ({x['core_percent_min']:.2f}-{x['core_percent_max']:.2f}) | "
-            f"{x['peak_rss_mb']:.1f} |" for x in ov if x["servers"] != "slope"]
-    out += ["", f"Per added server: **{slope['core_percent_per_server']:.3f} % of a core** (least squares over 1, 16 "
-            f"and 64; the segments 1→16 and 16→64 give {slope['segments'][0]:.3f} and {slope['segments'][1]:.3f}: "
-            "linear within the noise)."]
+    out += [
+        "",
+        "## Overhead of `serve`",
+        "",
+        "8 fake GPUs sampled at 10 Hz, N simulated servers scraped every 5 s, N logs growing at 20 lines/s, "
+        "/metrics scraped every 15 s with Prometheus' headers; CPU time of the `serve` process from /proc (so the "
+        f"machine's other load does not count in it) over {ov[0]['duration_s']:.0f} s after a warm-up; 3 "
+        f"interleaved runs per N; {_load(r, 'overhead')}.",
+        "",
+        "| servers | % of one core (spread) | peak RSS MB |",
+        "| --- | --- | --- |",
+    ]
+    out += [
+        f"| {x['servers']} | {x['core_percent']:.2f} ({x['core_percent_min']:.2f}-{x['core_percent_max']:.2f}) | "
+        f"{x['peak_rss_mb']:.1f} |"
+        for x in ov
+        if x["servers"] != "slope"
+    ]
+    out += [
+        "",
+        f"Per added server: **{slope['core_percent_per_server']:.3f} % of a core** (least squares over 1, 16 "
+        f"and 64; the segments 1→16 and 16→64 give {slope['segments'][0]:.3f} and {slope['segments'][1]:.3f}: "
+        "linear within the noise).",
+    ]
     la = r["latency"]["rows"][0]
-    out += ["", "## OOM line to counter", "",
-            f"An OOM line appended to a followed log until `oom_events_total` shows it on /metrics, {la['trials']} "
-            f"trials per run, {la['runs']} runs: p50 **{la['p50_s'] * 1e3:.0f} ms**, p99 **{la['p99_s'] * 1e3:.0f} ms** "
-            f"(runs {la['p99_min_s'] * 1e3:.0f}-{la['p99_max_s'] * 1e3:.0f} ms), max {la['max_s'] * 1e3:.0f} ms. Each "
-            "line is written at a random phase of the daemon's 250 ms log poll, so the figure is the poll interval "
-            "plus the work, as a real failure sees it (a fixed pause once reported one phase of the poll: 208 ms)."]
+    out += [
+        "",
+        "## OOM line to counter",
+        "",
+        f"An OOM line appended to a followed log until `oom_events_total` shows it on /metrics, {la['trials']} "
+        f"trials per run, {la['runs']} runs: p50 **{la['p50_s'] * 1e3:.0f} ms**, p99 **{la['p99_s'] * 1e3:.0f} ms** "
+        f"(runs {la['p99_min_s'] * 1e3:.0f}-{la['p99_max_s'] * 1e3:.0f} ms), max {la['max_s'] * 1e3:.0f} ms. Each "
+        "line is written at a random phase of the daemon's 250 ms log poll, so the figure is the poll interval "
+        "plus the work, as a real failure sees it (a fixed pause once reported one phase of the poll: 208 ms).",
+    ]
     if "soak" in r:
         so = r["soak"]["rows"][0]
-        out += ["", "## Memory soak (`make soak`)", "",
-                f"{so['duration_s']:.0f} s, 16 servers whose DP engines come back renumbered every 20 s, logs "
-                f"rotated every 30 s, scraped every 2 s: RSS {so['rss_first_minute_mb']:.1f} MB in the first "
-                f"minute, {so['rss_last_minute_mb']:.1f} MB in the last, peak {so['peak_rss_mb']:.1f} MB "
-                f"(measured {r['soak']['measured_at']})."]
+        out += [
+            "",
+            "## Memory soak (`make soak`)",
+            "",
+            f"{so['duration_s']:.0f} s, 16 servers whose DP engines come back renumbered every 20 s, logs "
+            f"rotated every 30 s, scraped every 2 s: RSS {so['rss_first_minute_mb']:.1f} MB in the first "
+            f"minute, {so['rss_last_minute_mb']:.1f} MB in the last, peak {so['peak_rss_mb']:.1f} MB "
+            f"(measured {r['soak']['measured_at']}).",
+        ]
     notes = ROOT / "benchmarks" / "performance_notes.md"
     if notes.exists():
         out += ["", notes.read_text().rstrip()]

@@ -35,10 +35,17 @@ def main(seconds: int = 600) -> list[dict]:
         fleet.terminate()
     first = [r for t, r in samples if t <= 70]
     last = [r for t, r in samples if t >= samples[-1][0] - 60]
-    row = {"duration_s": samples[-1][0], "rss_first_minute_mb": max(first), "rss_last_minute_mb": max(last),
-           "peak_rss_mb": peak, "samples": len(samples)}
-    print(f"RSS: first minute {row['rss_first_minute_mb']:.1f} MB, last minute {row['rss_last_minute_mb']:.1f} MB, "
-          f"peak {peak:.1f} MB over {row['duration_s']:.0f} s")
+    row = {
+        "duration_s": samples[-1][0],
+        "rss_first_minute_mb": max(first),
+        "rss_last_minute_mb": max(last),
+        "peak_rss_mb": peak,
+        "samples": len(samples),
+    }
+    print(
+        f"RSS: first minute {row['rss_first_minute_mb']:.1f} MB, last minute {row['rss_last_minute_mb']:.1f} MB, "
+        f"peak {peak:.1f} MB over {row['duration_s']:.0f} s"
+    )
     record("soak", [row])
     return [row]
 

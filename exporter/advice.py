@@ -23,25 +23,25 @@ STAGE_LABELS = {
 
 _LOADING_DETAIL = {
     "weight_loading": "The weights did not fit on each GPU: spread them wider (more TP/EP ranks or GPUs), use a "
-                      "quantized checkpoint, and make sure no other process holds memory on these GPUs.",
+    "quantized checkpoint, and make sure no other process holds memory on these GPUs.",
     "graph_capture": "Memory ran out while compiling or capturing CUDA graphs: compare the capture sizes with the "
-                     "memory left after the KV cache; --enforce-eager isolates the cause (as a diagnosis only: it "
-                     "costs decode speed).",
+    "memory left after the KV cache; --enforce-eager isolates the cause (as a diagnosis only: it "
+    "costs decode speed).",
     "kv_cache_alloc": "The KV cache could not be sized or allocated: weights plus the profiling peak left too little "
-                      "under gpu_memory_utilization{gmu}; compare max_model_len{mml} with the capacity the log "
-                      "states{cap}, then revisit gpu_memory_utilization, the KV-cache dtype or the topology.",
+    "under gpu_memory_utilization{gmu}; compare max_model_len{mml} with the capacity the log "
+    "states{cap}, then revisit gpu_memory_utilization, the KV-cache dtype or the topology.",
     "warmup": "Memory ran out in the warm-up runs, after the KV cache existed: the cache was sized too close to the "
-              "limit for this topology; revisit gpu_memory_utilization and the CUDA-graph capture sizes.",
+    "limit for this topology; revisit gpu_memory_utilization and the CUDA-graph capture sizes.",
     "loading_unknown": "The log does not name the startup step that failed: check that no other process holds GPU "
-                       "memory when the engine starts, then read the traceback above the failure.",
+    "memory when the engine starts, then read the traceback above the failure.",
 }
 
 _RUNTIME_DETAIL = {
     "prefill": "The failing step was a prefill: cap the prompt length or max_num_batched_tokens (chunked prefill) "
-               "first.",
+    "first.",
     "decode": "The failing step was a decode step: lower max_num_seqs or the context per request first.",
     "runtime_unknown": "The log does not show whether the step was a prefill or a decode: look for the scheduler dump "
-                       "above the traceback, or enable it, before choosing the first change.",
+    "above the traceback, or enable it, before choosing the first change.",
 }
 
 
@@ -60,8 +60,9 @@ def _capacity(facts: dict[str, Any]) -> str:
     if facts.get("estimated_max_model_len"):
         parts.append(f"vLLM estimates that max_model_len={facts['estimated_max_model_len']} would fit")
     if facts.get("kv_cache_needed_gib") and facts.get("kv_cache_memory_gib") is not None:
-        parts.append(f"one request needs {facts['kv_cache_needed_gib']:g} GiB, {facts['kv_cache_memory_gib']:g} GiB "
-                     f"is there")
+        parts.append(
+            f"one request needs {facts['kv_cache_needed_gib']:g} GiB, {facts['kv_cache_memory_gib']:g} GiB is there"
+        )
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -69,8 +70,9 @@ def _environment(facts: dict[str, Any]) -> str:
     """The image, driver and hardware as the log states them; what it does not state is said to be missing."""
     version = facts.get("vllm_version")
     image = f"the image (vLLM {version}" if version else "the image (the log does not state the vLLM version"
-    build = [f"{name} {facts[key]}" for key, name in (("cuda_version", "CUDA"), ("rocm_version", "ROCm"))
-             if facts.get(key)]
+    build = [
+        f"{name} {facts[key]}" for key, name in (("cuda_version", "CUDA"), ("rocm_version", "ROCm")) if facts.get(key)
+    ]
     image += f", built for {' and '.join(build)})" if build else "; the CUDA/ROCm build is not in the log)"
     driver = facts.get("driver_version")
     driver_text = f"the driver ({driver})" if driver else "the driver (not in the log: check nvidia-smi or amd-smi)"
@@ -82,8 +84,10 @@ def _environment(facts: dict[str, Any]) -> str:
             parts.append(f"{memory:g} GiB per GPU as torch reports it")
         hardware = f"the hardware ({', '.join(parts)}: count and memory against the model's footprint)"
     else:
-        hardware = "the hardware (the log does not name the GPU: check its model, count and memory against the " \
-                   "model's footprint)"
+        hardware = (
+            "the hardware (the log does not name the GPU: check its model, count and memory against the "
+            "model's footprint)"
+        )
     return f"{image}, {driver_text}, {hardware}"
 
 
@@ -92,31 +96,46 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
     if first_oom is None:
         crashes = [k for k in ("comm_error", "illegal_memory_access", "engine_crash") if events.get(k)]
         if crashes:
-            return ("No memory failure in this log, but the engine failed (" + ", ".join(crashes) + "): this is not a "
-                    "headroom decision. Fix that cause first; keep monitoring headroom once it serves again.")
+            return (
+                "No memory failure in this log, but the engine failed (" + ", ".join(crashes) + "): this is not a "
+                "headroom decision. Fix that cause first; keep monitoring headroom once it serves again."
+            )
         if events.get("engine_ready"):
-            return ("No memory failure in this log and the engine reached readiness: tune and keep, and monitor "
-                    "KV-cache and GPU-memory headroom (vllm-headroom serve) at the target load.")
+            return (
+                "No memory failure in this log and the engine reached readiness: tune and keep, and monitor "
+                "KV-cache and GPU-memory headroom (vllm-headroom serve) at the target load."
+            )
         return "No memory failure in this log."
     stage = first_oom["stage"]
     label = STAGE_LABELS.get(stage, stage)
     if first_oom["phase"] == "loading":
-        topo = ", ".join(
-            f"{short}{_fmt(facts.get(key))}" for key, short in
-            (("tensor_parallel_size", "TP"), ("pipeline_parallel_size", "PP"), ("data_parallel_size", "DP"))
-            if facts.get(key) is not None
-        ) or "TP/PP/DP/EP sizes"
+        topo = (
+            ", ".join(
+                f"{short}{_fmt(facts.get(key))}"
+                for key, short in (
+                    ("tensor_parallel_size", "TP"),
+                    ("pipeline_parallel_size", "PP"),
+                    ("data_parallel_size", "DP"),
+                )
+                if facts.get(key) is not None
+            )
+            or "TP/PP/DP/EP sizes"
+        )
         detail = _LOADING_DETAIL.get(stage, _LOADING_DETAIL["loading_unknown"]).format(
             gmu=_fmt(facts.get("gpu_memory_utilization")),
             mml=_fmt(facts.get("max_model_len")),
             cap=_capacity(facts),
         )
-        return (f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
-                f"here. Check first {_environment(facts)} and the parallel topology ({topo}). {detail}")
+        return (
+            f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
+            f"here. Check first {_environment(facts)} and the parallel topology ({topo}). {detail}"
+        )
     detail = _RUNTIME_DETAIL.get(stage, _RUNTIME_DETAIL["runtime_unknown"])
-    return (f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
-            f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
-            f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching; on "
-            f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set "
-            f"after each change and watch "
-            f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom.")
+    return (
+        f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
+        f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
+        f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching; on "
+        f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set "
+        f"after each change and watch "
+        f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom."
+    )

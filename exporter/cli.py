@@ -58,10 +58,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     logs = sum(1 for s in cfg.servers if s.log)
     k8s = cfg.kubernetes
-    found = (f", {len(k8s.pods)} pod rule(s) over {k8s.pod_logs} (re-read every {k8s.refresh_s:g}s)"
-             if k8s is not None else "")
-    print(f"{args.file}: OK: {len(cfg.servers)} server(s), {logs} log(s){found}, GPU backend {cfg.gpu.backend}, "
-          f"listening on {cfg.listen_address}")
+    found = (
+        f", {len(k8s.pods)} pod rule(s) over {k8s.pod_logs} (re-read every {k8s.refresh_s:g}s)"
+        if k8s is not None
+        else ""
+    )
+    print(
+        f"{args.file}: OK: {len(cfg.servers)} server(s), {logs} log(s){found}, GPU backend {cfg.gpu.backend}, "
+        f"listening on {cfg.listen_address}"
+    )
     if k8s is not None and os.path.isdir(k8s.pod_logs):  # what this node would watch now
         from exporter.discovery import discover
 
@@ -110,7 +115,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _problems(exc)
     written = write_outputs(thresholds, args.out)
-    print(f"wrote {len(written)} files under {args.out}: " + ", ".join(sorted({w.split('/')[0] for w in written})))
+    print(f"wrote {len(written)} files under {args.out}: " + ", ".join(sorted({w.split("/")[0] for w in written})))
     return EXIT_OK
 
 
@@ -138,8 +143,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401  the plots' library, the `report` extra
     except ImportError:
-        print("vllm-headroom report: the report's plots need matplotlib, which is not installed: "
-              "pip install 'vllm-headroom[report]' (make run and make test install it)", file=sys.stderr)
+        print(
+            "vllm-headroom report: the report's plots need matplotlib, which is not installed: "
+            "pip install 'vllm-headroom[report]' (make run and make test install it)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
 
     try:
@@ -183,18 +191,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the exporter daemon")
     p.add_argument("--config", help="YAML config file (default: one vLLM at 127.0.0.1:8000, GPUs auto-detected)")
     p.add_argument("--web.listen-address", dest="listen_address", help="override listen_address, e.g. :9478")
-    p.add_argument("--web.config.file", dest="web_config_file",
-                   help="TLS and basic auth, in the exporter-toolkit web config format")
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        help="TLS and basic auth, in the exporter-toolkit web config format",
+    )
     p.set_defaults(func=_cmd_serve)
 
-    p = sub.add_parser("triage", help="find the first memory failure in vLLM logs and say what to do next",
-                       description="Exit codes: 0 no memory failure, 1 memory failure found, 2 unreadable input.")
-    p.add_argument("logs", nargs="+", metavar="LOG",
-                   help="vLLM log file (plain, CRI or docker json; gzip-compressed too), or - for stdin")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per file, one per line (JSON Lines when several files are given)")
-    p.add_argument("--format", default="auto", choices=("auto", "plain", "cri", "docker"),
-                   help="line format (default: detected per file)")
+    p = sub.add_parser(
+        "triage",
+        help="find the first memory failure in vLLM logs and say what to do next",
+        description="Exit codes: 0 no memory failure, 1 memory failure found, 2 unreadable input.",
+    )
+    p.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="vLLM log file (plain, CRI or docker json; gzip-compressed too), or - for stdin",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per file, one per line (JSON Lines when several files are given)",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto", "plain", "cri", "docker"),
+        help="line format (default: detected per file)",
+    )
     p.set_defaults(func=_cmd_triage)
 
     p = sub.add_parser("check-config", help="validate a config file")
@@ -206,10 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=".", help="directory to write alerts/, dashboards/, docs/runbooks/ into")
     p.set_defaults(func=_cmd_generate)
 
-    p = sub.add_parser("report", help="the weekly capacity review as HTML and JSON, from Prometheus",
-                       description="Reads vllm-headroom's series and its recording and weekly rules' series from "
-                       "Prometheus. Exit codes: 0 written; 2 bad arguments, Prometheus unreachable, or missing "
-                       "what the report needs (named; nothing is written).")
+    p = sub.add_parser(
+        "report",
+        help="the weekly capacity review as HTML and JSON, from Prometheus",
+        description="Reads vllm-headroom's series and its recording and weekly rules' series from "
+        "Prometheus. Exit codes: 0 written; 2 bad arguments, Prometheus unreachable, or missing "
+        "what the report needs (named; nothing is written).",
+    )
     p.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
     p.add_argument("--since", default="7d", help="how far back (default 7d)")
     p.add_argument("--out", default="report.html", help="where the HTML page goes (default report.html)")
@@ -232,11 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse would show the top-level usage even when the mistake is in the command's flags
         words = sys.argv[1:] if argv is None else argv
-        before = words[:words.index(args.command)] if args.command in words else []
+        before = words[: words.index(args.command)] if args.command in words else []
         where = parser if any(word in before for word in extra) else args.commands[args.command]
         where.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -205,6 +205,7 @@ class Config:
 
 # -- value checkers: each returns the converted value or raises ValueError("expected ...") ---------------
 
+
 def _duration(v: Any) -> float:
     if isinstance(v, bool):
         raise ValueError("expected a duration such as 5s, 100ms or 2m")
@@ -258,6 +259,7 @@ def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
         if v not in options:
             raise ValueError("expected one of " + ", ".join(options))
         return v
+
     return check
 
 
@@ -302,8 +304,11 @@ def _name(v: Any) -> str:
 def _gpus(v: Any) -> tuple[int, ...] | str:
     if v == "all":
         return "all"
-    if (not isinstance(v, list) or not v or
-            not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1024 for x in v)):
+    if (
+        not isinstance(v, list)
+        or not v
+        or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1024 for x in v)
+    ):
         raise ValueError("expected all, or a list of GPU indices on this node such as [0, 1, 2, 3]")
     if len(set(v)) != len(v):
         raise ValueError("expected each GPU index once")
@@ -387,7 +392,7 @@ def _check_gpu_claims(r: _Reader, servers: list[ServerConfig]) -> None:
     """A GPU belongs to one server on a node: its series carry that server's name and role."""
     claimed: dict[int, str] = {}
     for i, sc in enumerate(servers):
-        for gpu in (sc.gpus if isinstance(sc.gpus, tuple) else ()):
+        for gpu in sc.gpus if isinstance(sc.gpus, tuple) else ():
             if gpu in claimed:
                 r.problem(f"servers[{i}].gpus", f"GPU {gpu} is already used by server {claimed[gpu]!r}")
             claimed[gpu] = sc.name
@@ -397,11 +402,22 @@ def _check_gpu_claims(r: _Reader, servers: list[ServerConfig]) -> None:
 
 def parse_config(data: Any, source: str = "<config>") -> Config:
     r = _Reader(source)
-    top = r.section(data, "", {
-        "listen_address": _listen, "servers": lambda v: v, "gpu": lambda v: v, "windows": lambda v: v,
-        "state_dir": _string, "state_save_interval": _duration, "web_config_file": _string,
-        "environment": lambda v: v, "cluster": _name, "kubernetes": lambda v: v,
-    })
+    top = r.section(
+        data,
+        "",
+        {
+            "listen_address": _listen,
+            "servers": lambda v: v,
+            "gpu": lambda v: v,
+            "windows": lambda v: v,
+            "state_dir": _string,
+            "state_save_interval": _duration,
+            "web_config_file": _string,
+            "environment": lambda v: v,
+            "cluster": _name,
+            "kubernetes": lambda v: v,
+        },
+    )
     servers: list[ServerConfig] = []
     raw_servers = top.get("servers", None)
     if raw_servers is not None and (not isinstance(raw_servers, list) or not raw_servers):
@@ -410,11 +426,20 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     seen: set[str] = set()
     for i, item in enumerate(raw_servers or []):
         path = f"servers[{i}]"
-        s = r.section(item, path, {
-            "name": _name, "url": lambda v: None if v is None else _url(v), "interval": _duration,
-            "timeout": _duration, "max_response_bytes": _size, "log": lambda v: v, "role": _one_of(ROLES),
-            "gpus": _gpus,
-        })
+        s = r.section(
+            item,
+            path,
+            {
+                "name": _name,
+                "url": lambda v: None if v is None else _url(v),
+                "interval": _duration,
+                "timeout": _duration,
+                "max_response_bytes": _size,
+                "log": lambda v: v,
+                "role": _one_of(ROLES),
+                "gpus": _gpus,
+            },
+        )
         if isinstance(item, dict) and "name" not in item:
             r.problem(f"{path}.name", "missing: every server needs a name (it becomes the `server` label)")
         name = s.get("name")
@@ -439,30 +464,62 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         url = s.get("url", DEFAULT_URL)
         if isinstance(item, dict) and "url" in item and url is None and "log" not in item:
             r.problem(f"{path}.url", "null (a rank whose API server runs on another node) needs a log to follow")
-        servers.append(ServerConfig(name=name or f"server{i}", url=url, interval_s=interval,
-                                    timeout_s=timeout, max_response_bytes=s.get("max_response_bytes",
-                                                                                DEFAULT_MAX_RESPONSE_BYTES), log=log,
-                                    role=s.get("role", "both"), gpus=s.get("gpus", ())))
+        servers.append(
+            ServerConfig(
+                name=name or f"server{i}",
+                url=url,
+                interval_s=interval,
+                timeout_s=timeout,
+                max_response_bytes=s.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES),
+                log=log,
+                role=s.get("role", "both"),
+                gpus=s.get("gpus", ()),
+            )
+        )
     _check_gpu_claims(r, servers)
     kubernetes = _kubernetes(r, top.get("kubernetes")) if "kubernetes" in top else None
-    g = r.section(top.get("gpu"), "gpu", {
-        "backend": _one_of(GPU_BACKENDS), "sample_interval": _duration, "fake_count": _positive_int,
-        "fake_model": _string, "fake_total_bytes": _size,
-    })
+    g = r.section(
+        top.get("gpu"),
+        "gpu",
+        {
+            "backend": _one_of(GPU_BACKENDS),
+            "sample_interval": _duration,
+            "fake_count": _positive_int,
+            "fake_model": _string,
+            "fake_total_bytes": _size,
+        },
+    )
     w = r.section(top.get("windows"), "windows", {"prefix_cache_hit_ratio": _duration})
-    e = r.section(top.get("environment"), "environment", {
-        "min_driver_version": _version, "min_cuda_driver_major": _positive_int, "gpu_models": _model_list,
-        "min_gpu_count": _positive_int, "min_vllm_version": _version,
-    })
+    e = r.section(
+        top.get("environment"),
+        "environment",
+        {
+            "min_driver_version": _version,
+            "min_cuda_driver_major": _positive_int,
+            "gpu_models": _model_list,
+            "min_gpu_count": _positive_int,
+            "min_vllm_version": _version,
+        },
+    )
     if r.problems:
         raise ConfigError(r.problems)
     defaults = Config()
     return Config(
         listen_address=top.get("listen_address", DEFAULT_LISTEN),
         servers=tuple(servers) if servers or kubernetes else defaults.servers,
-        gpu=GpuConfig(**{k2: g[k1] for k1, k2 in (("backend", "backend"), ("sample_interval", "sample_interval_s"),
-                                                   ("fake_count", "fake_count"), ("fake_model", "fake_model"),
-                                                   ("fake_total_bytes", "fake_total_bytes")) if k1 in g}),
+        gpu=GpuConfig(
+            **{
+                k2: g[k1]
+                for k1, k2 in (
+                    ("backend", "backend"),
+                    ("sample_interval", "sample_interval_s"),
+                    ("fake_count", "fake_count"),
+                    ("fake_model", "fake_model"),
+                    ("fake_total_bytes", "fake_total_bytes"),
+                )
+                if k1 in g
+            }
+        ),
         prefix_cache_window_s=w.get("prefix_cache_hit_ratio", defaults.prefix_cache_window_s),
         state_dir=os.path.expanduser(top.get("state_dir", defaults.state_dir)),
         state_save_interval_s=top.get("state_save_interval", defaults.state_save_interval_s),
@@ -487,14 +544,26 @@ def _kubernetes(r: _Reader, data: Any) -> KubernetesConfig | None:
     rules = []
     for i, item in enumerate(raw):
         path = f"kubernetes.pods[{i}]"
-        p = r.section(item, path, {
-            "namespace": _regex, "pod": _regex, "container": _name, "server": _string, "role": _string,
-            "url": _template_or_null, "interval": _duration, "timeout": _duration, "log_format": _one_of(LOG_FORMATS),
-            "gpus": _gpus,
-        })
+        p = r.section(
+            item,
+            path,
+            {
+                "namespace": _regex,
+                "pod": _regex,
+                "container": _name,
+                "server": _string,
+                "role": _string,
+                "url": _template_or_null,
+                "interval": _duration,
+                "timeout": _duration,
+                "log_format": _one_of(LOG_FORMATS),
+                "gpus": _gpus,
+            },
+        )
         if isinstance(item, dict) and "pod" not in item:
-            r.problem(f"{path}.pod", "missing: a regular expression for the pod names (named groups become "
-                                     "template fields)")
+            r.problem(
+                f"{path}.pod", "missing: a regular expression for the pod names (named groups become template fields)"
+            )
         groups = list(re.compile(p["pod"]).groupindex) if "pod" in p else []
         for key in ("server", "role", "url"):
             template = p.get(key)
@@ -506,8 +575,11 @@ def _kubernetes(r: _Reader, data: Any) -> KubernetesConfig | None:
                 r.problem(f"{path}.{key}", f"{exc}, got {_shown(key, template)}")
                 continue
             if unknown:
-                r.problem(f"{path}.{key}", f"unknown template field(s) {', '.join(unknown)}: expected "
-                          f"{', '.join(_POD_FIELDS + tuple(groups))}")
+                r.problem(
+                    f"{path}.{key}",
+                    f"unknown template field(s) {', '.join(unknown)}: expected "
+                    f"{', '.join(_POD_FIELDS + tuple(groups))}",
+                )
         role = p.get("role", "both")
         if "{" not in role and role not in ROLES:
             r.problem(f"{path}.role", f"expected one of {', '.join(ROLES)} or a template, got {_shown('role', role)}")
@@ -515,12 +587,23 @@ def _kubernetes(r: _Reader, data: Any) -> KubernetesConfig | None:
         timeout = p.get("timeout", min(3.0, interval))
         if timeout > interval:
             r.problem(f"{path}.timeout", f"expected at most the interval ({interval:g}s), got {timeout:g}s")
-        rules.append(PodRule(namespace=p.get("namespace", ".*"), pod=p.get("pod", ".*"),
-                             container=p.get("container", "vllm"), server=p.get("server", "{pod}"), role=role,
-                             url=p.get("url"), interval_s=interval, timeout_s=timeout,
-                             log_format=p.get("log_format", "cri"), gpus=p.get("gpus", "all")))
-    return KubernetesConfig(pod_logs=k.get("pod_logs", DEFAULT_POD_LOGS), refresh_s=k.get("refresh", 30.0),
-                            pods=tuple(rules))
+        rules.append(
+            PodRule(
+                namespace=p.get("namespace", ".*"),
+                pod=p.get("pod", ".*"),
+                container=p.get("container", "vllm"),
+                server=p.get("server", "{pod}"),
+                role=role,
+                url=p.get("url"),
+                interval_s=interval,
+                timeout_s=timeout,
+                log_format=p.get("log_format", "cri"),
+                gpus=p.get("gpus", "all"),
+            )
+        )
+    return KubernetesConfig(
+        pod_logs=k.get("pod_logs", DEFAULT_POD_LOGS), refresh_s=k.get("refresh", 30.0), pods=tuple(rules)
+    )
 
 
 def load_config(path: str) -> Config:

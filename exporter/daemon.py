@@ -31,6 +31,8 @@ from exporter.vllm.scrape import fetch_metrics
 
 log = logging.getLogger("vllm_headroom")
 TAIL_INTERVAL_S = 0.25
+
+
 class Daemon:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -60,8 +62,9 @@ class Daemon:
             names = {sc.name for sc in out}
             for sc in discover(self.cfg.kubernetes):
                 if sc.name in names:
-                    log.warning("discovered server %r has the name of a configured one: the configured one "
-                                "is kept", sc.name)
+                    log.warning(
+                        "discovered server %r has the name of a configured one: the configured one is kept", sc.name
+                    )
                     continue
                 out.append(sc)
         return out
@@ -81,8 +84,11 @@ class Daemon:
         for sc in wanted:
             if sc.name in self.servers:
                 continue
-            tailer = (LogTailer(sc.name, sc.log, self.cfg.state_dir, save_every_s=self.cfg.state_save_interval_s)
-                      if sc.log else None)
+            tailer = (
+                LogTailer(sc.name, sc.log, self.cfg.state_dir, save_every_s=self.cfg.state_save_interval_s)
+                if sc.log
+                else None
+            )
             self.servers[sc.name] = ServerState(sc, self.cfg.prefix_cache_window_s, tailer, self.cfg.cluster)
             added.append(sc.name)
         self.gpu_owners = gpu_owners(wanted)
@@ -93,8 +99,9 @@ class Daemon:
         try:
             backend = open_backend(g.backend, g.fake_count, g.fake_model, g.fake_total_bytes)
         except GpuUnavailable as exc:
-            log.error("GPU memory: the configured backend %r is not usable: %s; GPU series are not exported",
-                      g.backend, exc)
+            log.error(
+                "GPU memory: the configured backend %r is not usable: %s; GPU series are not exported", g.backend, exc
+            )
             backend = None
         if backend is not None:
             self.gpu = GpuSampler(backend, g.sample_interval_s)
@@ -105,9 +112,11 @@ class Daemon:
         A scrape of a vLLM server counts in `scrapes`; a log poll in the tailer's `version`; a GPU reading
         that differs from the last one in the sampler's `version`.
         """
-        return (tuple(s.scrapes for s in self.servers.values()),
-                tuple(s.tailer.version for s in self.servers.values() if s.tailer),
-                self.gpu.version if self.gpu is not None else -1)
+        return (
+            tuple(s.scrapes for s in self.servers.values()),
+            tuple(s.tailer.version for s in self.servers.values() if s.tailer),
+            self.gpu.version if self.gpu is not None else -1,
+        )
 
     def ready(self) -> bool:
         scraped = all(s.scrapes > 0 or s.config.url is None for s in self.servers.values())
@@ -117,10 +126,20 @@ class Daemon:
     def report(self) -> None:
         """Say once, at startup, what is being watched."""
         for s in self.servers.values():
-            log.info("watching %s: %s every %gs (timeout %gs)%s", s.name, s.config.safe_url, s.config.interval_s,
-                     s.config.timeout_s, f", log {s.config.log.path} ({s.config.log.format})" if s.config.log else "")
-        log.info("state kept in %s; prefix-cache window %gs; listening on %s", self.cfg.state_dir,
-                 self.cfg.prefix_cache_window_s, self.cfg.listen_address)
+            log.info(
+                "watching %s: %s every %gs (timeout %gs)%s",
+                s.name,
+                s.config.safe_url,
+                s.config.interval_s,
+                s.config.timeout_s,
+                f", log {s.config.log.path} ({s.config.log.format})" if s.config.log else "",
+            )
+        log.info(
+            "state kept in %s; prefix-cache window %gs; listening on %s",
+            self.cfg.state_dir,
+            self.cfg.prefix_cache_window_s,
+            self.cfg.listen_address,
+        )
 
     async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
         """aiohttp cleanup context: start everything, yield while serving, stop everything."""
@@ -129,8 +148,7 @@ class Daemon:
             self.open_gpus()
         if self.gpu is not None:
             self.gpu.start()
-        session = self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64),
-                                                        auto_decompress=True)
+        session = self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), auto_decompress=True)
         for s in self.servers.values():
             self._start_scrape(s)
         if any(s.tailer for s in self.servers.values()) or self.cfg.kubernetes is not None:
@@ -172,8 +190,12 @@ class Daemon:
                     log.info("%s: no longer on this node (or its config changed); not watched any more", st.name)
                 added = self.admit(wanted)
                 for name in added:
-                    log.info("%s: found on this node (%s, role %s)", name, self.servers[name].config.safe_url,
-                             self.servers[name].config.role)
+                    log.info(
+                        "%s: found on this node (%s, role %s)",
+                        name,
+                        self.servers[name].config.safe_url,
+                        self.servers[name].config.role,
+                    )
                     self._start_scrape(self.servers[name])
             except asyncio.CancelledError:
                 raise
@@ -192,8 +214,9 @@ class Daemon:
             started = time.monotonic()
             try:
                 assert s.config.url is not None  # log-only servers get no scrape task
-                result = await fetch_metrics(session, s.config.url, s.config.timeout_s, s.config.max_response_bytes,
-                                             s.labels)
+                result = await fetch_metrics(
+                    session, s.config.url, s.config.timeout_s, s.config.max_response_bytes, s.labels
+                )
                 s.update(result, started)
             except asyncio.CancelledError:
                 raise
@@ -256,8 +279,12 @@ def run(cfg: Config) -> int:
             for problem in exc.problems:
                 log.error("%s", problem)
             return 2
-        log.info("web config %s: TLS %s, basic auth for %d user(s)", cfg.web_config_file,
-                 "on" if web_config.ssl_context else "off", len(web_config.users))
+        log.info(
+            "web config %s: TLS %s, basic auth for %d user(s)",
+            cfg.web_config_file,
+            "on" if web_config.ssl_context else "off",
+            len(web_config.users),
+        )
     daemon = Daemon(cfg)
     host, port = _host_port(cfg.listen_address)
     guard = ConnectionGuard()

@@ -27,13 +27,13 @@ HINTS = {
     "healthy": "KV-cache headroom steady, no OOMs: nothing should page",
     "shrinking_headroom": "KV-cache headroom falls toward 0, requests queue, preemptions climb",
     "runtime_oom_prefill": 'a runtime OOM during prefill (oom_events_total{stage="prefill",phase="runtime"}), then a '
-                           "restart (engine_stage goes through weight_loading .. ready)",
+    "restart (engine_stage goes through weight_loading .. ready)",
     "gpu_spike": 'gpu_memory_peak_used_bytes{gpu="3"} catches 150 ms spikes that used_bytes misses',
     "prefix_collapse": "prefix_cache_hit_ratio falls when repeat prompts stop hitting the cache",
     "loading_oom_weights": 'an OOM while loading weights (oom_events_total{stage="weight_loading",phase="loading"}), '
-                           "again after each restart; engine_ready stays 0",
+    "again after each restart; engine_ready stays 0",
     "loading_oom_kv_cache": 'the KV cache cannot be allocated (oom_events_total{stage="kv_cache_alloc"}); the engine '
-                            "never becomes ready",
+    "never becomes ready",
 }
 
 
@@ -54,8 +54,9 @@ def own_command() -> str:
     return f"{shlex.quote(sys.executable)} -m exporter"
 
 
-def build(scenarios: list[str], workdir: str, interval: float = 1.0,
-          gpus: FakeGpuBackend | None = None, port: int = 9478) -> tuple[Daemon, list[SimulatedServer]]:
+def build(
+    scenarios: list[str], workdir: str, interval: float = 1.0, gpus: FakeGpuBackend | None = None, port: int = 9478
+) -> tuple[Daemon, list[SimulatedServer]]:
     """The daemon and its simulated servers, wired together (the demo and the end-to-end tests share this)."""
     gpus = gpus or FakeGpuBackend(count=8, total_bytes=288 * 1024**3)
     sims, servers = [], []
@@ -65,11 +66,25 @@ def build(scenarios: list[str], workdir: str, interval: float = 1.0,
         path = os.path.join(workdir, f"{scenario.name}.log")
         open(path, "a").close()
         sims.append(SimulatedServer(scenario.name.replace("_", "-"), scenario, path, sim_port, gpus))
-        servers.append({"name": scenario.name.replace("_", "-"), "url": f"http://127.0.0.1:{sim_port}/metrics",
-                        "interval": interval, "timeout": min(interval, 1.0), "log": path})
-    cfg = parse_config({"listen_address": f"127.0.0.1:{port}", "servers": servers, "gpu": {"backend": "none"},
-                        "state_dir": os.path.join(workdir, "state"), "windows": {"prefix_cache_hit_ratio": "30s"}},
-                       "<demo>")
+        servers.append(
+            {
+                "name": scenario.name.replace("_", "-"),
+                "url": f"http://127.0.0.1:{sim_port}/metrics",
+                "interval": interval,
+                "timeout": min(interval, 1.0),
+                "log": path,
+            }
+        )
+    cfg = parse_config(
+        {
+            "listen_address": f"127.0.0.1:{port}",
+            "servers": servers,
+            "gpu": {"backend": "none"},
+            "state_dir": os.path.join(workdir, "state"),
+            "windows": {"prefix_cache_hit_ratio": "30s"},
+        },
+        "<demo>",
+    )
     daemon = Daemon(cfg)
     daemon.gpu = GpuSampler(gpus, 0.05)
     return daemon, sims
@@ -106,9 +121,12 @@ async def _main(port: int, scenarios: list[str], workdir: str) -> None:
 
 def hints(base: str, sims: list[SimulatedServer]) -> str:
     """What to look at, for the scenarios of this run only, with commands that run as printed."""
-    lines = ["", "What to look at:",
-             f"  curl -s {base}/metrics | grep -E 'engine_stage.*\\}} 1|kv_cache_headroom_ratio|"
-             "oom_events_total.*\\} [1-9]'"]
+    lines = [
+        "",
+        "What to look at:",
+        f"  curl -s {base}/metrics | grep -E 'engine_stage.*\\}} 1|kv_cache_headroom_ratio|"
+        "oom_events_total.*\\} [1-9]'",
+    ]
     for s in sims:
         lines.append(f"  - {s.name}: {HINTS.get(s.scenario.name, s.scenario.description)}")
     command = own_command()
@@ -131,8 +149,11 @@ def run(port: int = 9478, scenarios: list[str] | None = None, workdir: str | Non
     for name in names:
         load_scenario(name)  # fail early, with the list of built-in scenarios
     if workdir is not None and not os.path.isdir(workdir):
-        print(f"vllm-headroom demo: --workdir {workdir}: not a directory (create it, or leave --workdir out "
-              "for a new temporary one)", file=sys.stderr)
+        print(
+            f"vllm-headroom demo: --workdir {workdir}: not a directory (create it, or leave --workdir out "
+            "for a new temporary one)",
+            file=sys.stderr,
+        )
         return 2
     if workdir is not None and not os.access(workdir, os.W_OK | os.X_OK):
         print(f"vllm-headroom demo: --workdir {workdir}: not writable", file=sys.stderr)

@@ -51,8 +51,9 @@ def pod_dirs(root: str) -> list[PodDir]:
         if not m:
             continue
         try:
-            containers = tuple(sorted(c for c in os.listdir(os.path.join(root, entry))
-                                      if os.path.isdir(os.path.join(root, entry, c))))
+            containers = tuple(
+                sorted(c for c in os.listdir(os.path.join(root, entry)) if os.path.isdir(os.path.join(root, entry, c)))
+            )
         except OSError:
             continue
         out.append(PodDir(m["namespace"], m["pod"], m["uid"], containers))
@@ -71,8 +72,13 @@ def servers_for(rule: PodRule, pod: PodDir, root: str) -> ServerConfig | None:
     m = re.fullmatch(rule.pod, pod.pod)
     if m is None:
         return None
-    fields = {"namespace": pod.namespace, "pod": pod.pod, "container": rule.container, "uid": pod.uid,
-              **{k: v or "" for k, v in m.groupdict().items()}}
+    fields = {
+        "namespace": pod.namespace,
+        "pod": pod.pod,
+        "container": rule.container,
+        "uid": pod.uid,
+        **{k: v or "" for k, v in m.groupdict().items()},
+    }
     try:
         name = check_name(_render(rule.server, fields))
         role = _render(rule.role, fields)
@@ -83,8 +89,15 @@ def servers_for(rule: PodRule, pod: PodDir, root: str) -> ServerConfig | None:
         log.warning("pod %s/%s: skipped: %s", pod.namespace, pod.pod, exc)
         return None
     path = os.path.join(root, f"{pod.namespace}_{pod.pod}_*", rule.container, "*.log")
-    return ServerConfig(name=name, url=url, interval_s=rule.interval_s, timeout_s=rule.timeout_s,
-                        log=LogSource(path, rule.log_format), role=role, gpus=rule.gpus)
+    return ServerConfig(
+        name=name,
+        url=url,
+        interval_s=rule.interval_s,
+        timeout_s=rule.timeout_s,
+        log=LogSource(path, rule.log_format),
+        role=role,
+        gpus=rule.gpus,
+    )
 
 
 def discover(cfg: KubernetesConfig) -> list[ServerConfig]:
@@ -101,9 +114,13 @@ def discover(cfg: KubernetesConfig) -> list[ServerConfig]:
                 continue
             seen_pods.add((pod.namespace, pod.pod))
             if sc.name in found:
-                log.warning("pod %s/%s: server %r is already watched on this node (one entry per server per "
-                            "node); give each rank's pod its own server name or run one pod per node",
-                            pod.namespace, pod.pod, sc.name)
+                log.warning(
+                    "pod %s/%s: server %r is already watched on this node (one entry per server per "
+                    "node); give each rank's pod its own server name or run one pod per node",
+                    pod.namespace,
+                    pod.pod,
+                    sc.name,
+                )
             else:
                 found[sc.name] = sc
             break

@@ -80,8 +80,8 @@ def text_format(source: Collector | Iterable[Metric]) -> bytes:
         extra: dict[str, list[str]] = {}
         for s in metric.samples:
             name = s.name
-            if name.endswith(_OM_SUFFIXES) and name[len(metric.name):] in _OM_SUFFIXES:
-                extra.setdefault(name[len(metric.name):], []).append(sample_line(name, s.labels, s.value, s.timestamp))
+            if name.endswith(_OM_SUFFIXES) and name[len(metric.name) :] in _OM_SUFFIXES:
+                extra.setdefault(name[len(metric.name) :], []).append(sample_line(name, s.labels, s.value, s.timestamp))
             else:
                 append(sample_line(name, s.labels, s.value, s.timestamp))
         for suffix, lines in sorted(extra.items()):

@@ -22,8 +22,9 @@ def safe_version(text: Any) -> str | None:
     return text
 
 
-def evaluate(cfg: EnvironmentConfig, vendor: str | None, driver: dict[str, str], gpu_models: list[str],
-             vllm_versions: list[str]) -> dict[str, bool]:
+def evaluate(
+    cfg: EnvironmentConfig, vendor: str | None, driver: dict[str, str], gpu_models: list[str], vllm_versions: list[str]
+) -> dict[str, bool]:
     """Each check that can be judged from what is known; an unknown one is left out, not failed."""
     out: dict[str, bool] = {}
     dv = driver.get("driver_version")

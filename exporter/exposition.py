@@ -196,7 +196,7 @@ def _careful_line(line: str, cache: LabelCache) -> Sample | None:
         close = line.rfind("}")
         labels = None
         if close > brace and "\\" not in line and " # " not in line:
-            block = line[brace + 1:close]
+            block = line[brace + 1 : close]
             labels = cache.blocks.get(block)
             if labels is None:
                 labels = _fast_labels(block, cache.pairs)
@@ -241,7 +241,7 @@ def _fast_labels(block: str, pairs_seen: dict[str, tuple[str, str]] | None = Non
             eq = part.find('="')
             if eq <= 0:
                 return None
-            key, value = part[:eq], part[eq + 2:]
+            key, value = part[:eq], part[eq + 2 :]
             if '"' in value or not _LABEL_NAME.match(key):
                 return None
             pair = seen[part] = (key, value)

@@ -48,8 +48,12 @@ def default_max_connections() -> int:
 class ConnectionGuard:
     """Counts and bounds the listener's connections; `closed_slow` and `evicted` say how often it acted."""
 
-    def __init__(self, max_connections: int | None = None, header_timeout_s: float = HEADER_TIMEOUT_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        max_connections: int | None = None,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ) -> None:
         self.max_connections = max_connections or default_max_connections()
         self.header_timeout_s = header_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -181,15 +185,20 @@ def quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, 
     suppressed = seen[1] if seen else 0
     _seen[message] = [now, 0]
     exc = context.get("exception")
-    log.error("%s%s%s", message, f": {type(exc).__name__}: {exc}" if exc else "",
-              f" ({suppressed} more like it not logged)" if suppressed else "")
+    log.error(
+        "%s%s%s",
+        message,
+        f": {type(exc).__name__}: {exc}" if exc else "",
+        f" ({suppressed} more like it not logged)" if suppressed else "",
+    )
 
 
 _seen: dict[str, list[Any]] = {}
 
 
-async def serve(app: web.Application, host: str, port: int, ssl_context: Any, guard: ConnectionGuard,
-                stop: asyncio.Event) -> None:
+async def serve(
+    app: web.Application, host: str, port: int, ssl_context: Any, guard: ConnectionGuard, stop: asyncio.Event
+) -> None:
     """Run the app behind the guard until `stop` is set, then shut it down as aiohttp's run_app would."""
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(quiet_exception_handler)
@@ -198,9 +207,15 @@ async def serve(app: web.Application, host: str, port: int, ssl_context: Any, gu
     server = None
     try:
         assert runner.server is not None
-        server = await loop.create_server(guard.protocol_factory(runner.server), host or None, port,
-                                          ssl=ssl_context, reuse_address=True, backlog=128,
-                                          ssl_handshake_timeout=guard.header_timeout_s if ssl_context else None)
+        server = await loop.create_server(
+            guard.protocol_factory(runner.server),
+            host or None,
+            port,
+            ssl=ssl_context,
+            reuse_address=True,
+            backlog=128,
+            ssl_handshake_timeout=guard.header_timeout_s if ssl_context else None,
+        )
         await stop.wait()
     finally:
         if server is not None:

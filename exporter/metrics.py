@@ -22,11 +22,22 @@ if TYPE_CHECKING:
     from exporter.state import DaemonView, ServerState
 
 # part label -> the log fact it comes from (GiB as vLLM prints it)
-MEMORY_PARTS = {"weights": ("weights_memory_gib", "model_loading_gib"), "activation_peak": ("activation_peak_gib",),
-                "non_torch": ("non_torch_memory_gib",), "kv_cache": ("kv_cache_memory_gib",),
-                "cuda_graphs": ("graph_memory_gib",)}
-CONFIG_FACTS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
-                "max_num_seqs", "gpu_memory_utilization", "enable_prefix_caching")
+MEMORY_PARTS = {
+    "weights": ("weights_memory_gib", "model_loading_gib"),
+    "activation_peak": ("activation_peak_gib",),
+    "non_torch": ("non_torch_memory_gib",),
+    "kv_cache": ("kv_cache_memory_gib",),
+    "cuda_graphs": ("graph_memory_gib",),
+}
+CONFIG_FACTS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+)
 
 
 def _number_label(value: object) -> str:
@@ -38,8 +49,14 @@ def _number_label(value: object) -> str:
     return ""
 
 
-STARTUP_STAGES = ("weight_loading", "torch_compile", "memory_profiling", "graph_capture", "engine_init",
-                  "time_to_ready")
+STARTUP_STAGES = (
+    "weight_loading",
+    "torch_compile",
+    "memory_profiling",
+    "graph_capture",
+    "engine_init",
+    "time_to_ready",
+)
 
 
 def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -52,8 +69,12 @@ def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(PREFIX + name, doc, labels=labels)
 
 
-def _decorated(families: Iterable[Metric], extra: dict[str, dict[str, str]],
-               owners: dict[str, tuple[str, str]], cluster: str | None) -> Iterator[Metric]:
+def _decorated(
+    families: Iterable[Metric],
+    extra: dict[str, dict[str, str]],
+    owners: dict[str, tuple[str, str]],
+    cluster: str | None,
+) -> Iterator[Metric]:
     """Fleet labels added in one place: `role` (and `cluster` when configured) beside every `server`, and on a
     GPU's series the server that uses it (config `gpus`), so a server spanning nodes is one `server` on all of
     its GPUs and a prefill pool's GPUs are told from a decode pool's."""
@@ -110,10 +131,16 @@ class HeadroomCollector:
         up = gauge("target_up", "1 if the last scrape of this vLLM server's /metrics succeeded.", ["server"])
         dur = gauge("scrape_duration_seconds", "How long the last scrape of this vLLM server took.", ["server"])
         last = gauge("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
-        errs = counter("scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"])
+        errs = counter(
+            "scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"]
+        )
         size = gauge("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
-        dropped = counter("series_dropped", "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
-                     "beyond the cap of 64, re-exported samples beyond 20000 per server.", ["server"])
+        dropped = counter(
+            "series_dropped",
+            "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
+            "beyond the cap of 64, re-exported samples beyond 20000 per server.",
+            ["server"],
+        )
         for st in states:
             if st.config.url is None:  # a rank whose API server another node's exporter scrapes
                 continue
@@ -131,31 +158,54 @@ class HeadroomCollector:
     # -- logs ----------------------------------------------------------------------------------
 
     def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:  # noqa: C901  goes with collectors per domain
-        ready = gauge("engine_ready", "1 once the log or the server says the engine serves; 0 while loading or after "
-                   "a crash.", ["server"])
-        stage = gauge("engine_stage", "1 for the stage the engine is in now (from its log; ready/unknown from the "
-                   "scrape when no log is followed).", ["server", "stage"])
-        ooms = counter("oom_events", "Memory failures found in the vLLM log, tagged with the stage they hit. One "
-                  "failure printed by many ranks counts once.", ["server", "stage", "phase"])
+        ready = gauge(
+            "engine_ready",
+            "1 once the log or the server says the engine serves; 0 while loading or after a crash.",
+            ["server"],
+        )
+        stage = gauge(
+            "engine_stage",
+            "1 for the stage the engine is in now (from its log; ready/unknown from the "
+            "scrape when no log is followed).",
+            ["server", "stage"],
+        )
+        ooms = counter(
+            "oom_events",
+            "Memory failures found in the vLLM log, tagged with the stage they hit. One "
+            "failure printed by many ranks counts once.",
+            ["server", "stage", "phase"],
+        )
         events = counter("log_events", "Other events found in the vLLM log.", ["server", "event"])
-        startup = gauge("startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.",
-                     ["server", "stage"])
-        memory = gauge("startup_memory_bytes", "Per-GPU memory split vLLM's startup log states: weights, activation "
-                    "peak, non-torch memory, KV cache, CUDA graphs.", ["server", "part"])
+        startup = gauge(
+            "startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.", ["server", "stage"]
+        )
+        memory = gauge(
+            "startup_memory_bytes",
+            "Per-GPU memory split vLLM's startup log states: weights, activation "
+            "peak, non-torch memory, KV cache, CUDA graphs.",
+            ["server", "part"],
+        )
         health = {
             "log_bytes_read": counter("log_bytes_read", "Bytes read from the vLLM log.", ["server"]),
             "log_lines_read": counter("log_lines_read", "Lines read from the vLLM log.", ["server"]),
-            "log_rotations": counter("log_rotations", "Times the log was rotated (renamed away) and followed.", ["server"]),
-            "log_truncations": counter("log_truncations", "Times the log was truncated in place (copytruncate).",
-                                  ["server"]),
-            "log_bytes_skipped": counter("log_bytes_skipped", "Bytes not analysed: the rest of over-long lines, and "
-                                    "bytes truncated away before they were read.", ["server"]),
+            "log_rotations": counter(
+                "log_rotations", "Times the log was rotated (renamed away) and followed.", ["server"]
+            ),
+            "log_truncations": counter(
+                "log_truncations", "Times the log was truncated in place (copytruncate).", ["server"]
+            ),
+            "log_bytes_skipped": counter(
+                "log_bytes_skipped",
+                "Bytes not analysed: the rest of over-long lines, and bytes truncated away before they were read.",
+                ["server"],
+            ),
             "log_lines_cut": counter("log_lines_cut", "Lines over the length cap, cut to it.", ["server"]),
             "log_read_errors": counter("log_read_errors", "Errors opening or reading the log.", ["server"]),
         }
         present = gauge("log_file_present", "1 if the configured log file exists.", ["server"])
-        last_read = gauge("log_last_read_timestamp_seconds", "Unix time new bytes were last read from the log.",
-                       ["server"])
+        last_read = gauge(
+            "log_last_read_timestamp_seconds", "Unix time new bytes were last read from the log.", ["server"]
+        )
         for st in states:
             t = st.tailer
             if t is None:
@@ -168,8 +218,17 @@ class HeadroomCollector:
             if current == "unknown" and st.up:
                 current = "ready"  # the port refuses until the engine is initialised
             counts, oom, durations, facts, h = tail.counts, tail.oom_counts, tail.startup, tail.facts, tail.health
-            snap = (h.bytes_read, h.lines_read, h.rotations, h.truncations, h.bytes_skipped, h.lines_cut,
-                    h.read_errors, h.file_present, h.last_read)
+            snap = (
+                h.bytes_read,
+                h.lines_read,
+                h.rotations,
+                h.truncations,
+                h.bytes_skipped,
+                h.lines_cut,
+                h.read_errors,
+                h.file_present,
+                h.last_read,
+            )
             # the log's word, unless the server stopped answering (a kill the log never saw, e.g. the kernel's)
             ready.add_metric([st.name], 1 if current == "ready" and (st.up or not st.scrapes) else 0)
             for s in ENGINE_STAGES:
@@ -198,21 +257,41 @@ class HeadroomCollector:
     # -- KV cache and prefix cache -------------------------------------------------------------------
 
     def _kv(self, states: list["ServerState"], all_facts: dict[str, dict]) -> Iterator[Metric]:
-        usage = gauge("kv_cache_usage_ratio", "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc "
-                   "(vllm:gpu_cache_usage_perc before 0.10).", ["server", "model_name", "engine"])
-        headroom = gauge("kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"])
-        cap = gauge("kv_cache_capacity_tokens", "KV-cache capacity in tokens per engine: vllm:cache_config_info where "
-                 "it has it, else the startup log's 'GPU KV cache size'.", ["server"])
+        usage = gauge(
+            "kv_cache_usage_ratio",
+            "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before 0.10).",
+            ["server", "model_name", "engine"],
+        )
+        headroom = gauge(
+            "kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"]
+        )
+        cap = gauge(
+            "kv_cache_capacity_tokens",
+            "KV-cache capacity in tokens per engine: vllm:cache_config_info where "
+            "it has it, else the startup log's 'GPU KV cache size'.",
+            ["server"],
+        )
         cap_log = gauge("kv_cache_capacity_log_tokens", "KV-cache capacity the startup log states.", ["server"])
-        mismatch = gauge("kv_cache_capacity_mismatch", "1 when the metric and the log disagree on KV capacity by more "
-                      "than 10% (seen on hybrid models).", ["server"])
+        mismatch = gauge(
+            "kv_cache_capacity_mismatch",
+            "1 when the metric and the log disagree on KV capacity by more than 10% (seen on hybrid models).",
+            ["server"],
+        )
         conc = gauge("max_concurrency", "vLLM's own maximum concurrency for max_model_len-token requests.", ["server"])
-        hit = gauge("prefix_cache_hit_ratio", "Prefix-cache hits / queries (tokens) over the configured window, summed "
-                 "over engines, reset-safe; absent with no queries.", ["server", "model_name"])
+        hit = gauge(
+            "prefix_cache_hit_ratio",
+            "Prefix-cache hits / queries (tokens) over the configured window, summed "
+            "over engines, reset-safe; absent with no queries.",
+            ["server", "model_name"],
+        )
         enabled = gauge("prefix_cache_enabled", "1 if prefix caching is on (cache_config_info or the log).", ["server"])
-        budget = gauge("gpu_memory_utilization_ratio", "The gpu_memory_utilization vLLM was started with: the share of "
-                    "each GPU it claims and fills with weights, activations and KV cache (vllm:cache_config_info, "
-                    "else the startup log).", ["server"])
+        budget = gauge(
+            "gpu_memory_utilization_ratio",
+            "The gpu_memory_utilization vLLM was started with: the share of "
+            "each GPU it claims and fills with weights, activations and KV cache (vllm:cache_config_info, "
+            "else the startup log).",
+            ["server"],
+        )
         window = gauge("prefix_cache_window_seconds", "The window of prefix_cache_hit_ratio.", [])
         window.add_metric([], self.d.cfg.prefix_cache_window_s)
         for st in states:
@@ -252,8 +331,10 @@ class HeadroomCollector:
 
     def _reexport(self, states: list["ServerState"]) -> Iterator[Metric]:
         """vLLM's own series with a `server` label: rendered once per scrape, reused by every /metrics answer."""
-        fams = {wire: Rendered(PREFIX + base, f"Re-exported {wire} with a server label.", typ)
-                for wire, (base, typ) in reexport_families().items()}
+        fams = {
+            wire: Rendered(PREFIX + base, f"Re-exported {wire} with a server label.", typ)
+            for wire, (base, typ) in reexport_families().items()
+        }
         for st in states:
             if st.up:
                 for wire, (samples, text) in st.reexported().items():
@@ -270,15 +351,26 @@ class HeadroomCollector:
         total = gauge("gpu_memory_total_bytes", "GPU memory in total.", labels)
         reserved = gauge("gpu_memory_reserved_bytes", "Driver-reserved GPU memory (NVML memory v2).", labels)
         span = f"the last {sampler.peak_window_s:g}s" if sampler else "a trailing window"
-        peak = gauge("gpu_memory_peak_used_bytes", f"Highest GPU memory in use over the samples of {span} ({window}): "
-                  "a prefill spike between two scrapes still shows, and reading this resets nothing.", labels)
-        head = gauge("gpu_memory_headroom_ratio", f"(total - peak) / total, peak over {span}. Judge it against the "
-                  "budget vLLM was given (gpu_memory_utilization_ratio), not against 0.", labels)
+        peak = gauge(
+            "gpu_memory_peak_used_bytes",
+            f"Highest GPU memory in use over the samples of {span} ({window}): "
+            "a prefill spike between two scrapes still shows, and reading this resets nothing.",
+            labels,
+        )
+        head = gauge(
+            "gpu_memory_headroom_ratio",
+            f"(total - peak) / total, peak over {span}. Judge it against the "
+            "budget vLLM was given (gpu_memory_utilization_ratio), not against 0.",
+            labels,
+        )
         up = gauge("gpu_up", "1 if the last read of this GPU succeeded.", labels)
         errs = counter("gpu_read_errors", "Failed reads of this GPU's memory.", labels)
         lost = counter("gpu_lost", "Reads that found the GPU lost (fallen off the bus).", labels)
-        procs = gauge("gpu_process_memory_used_bytes", "GPU memory per process (host PID, read at most once a second).",
-                   ["gpu", "uuid", "pid"])
+        procs = gauge(
+            "gpu_process_memory_used_bytes",
+            "GPU memory per process (host PID, read at most once a second).",
+            ["gpu", "uuid", "pid"],
+        )
         interval = gauge("gpu_sample_interval_seconds", "How often GPU memory is sampled.", [])
         if sampler is not None:
             interval.add_metric([], sampler.interval_s)
@@ -307,25 +399,40 @@ class HeadroomCollector:
         models = [st.info.model for st in sampler.states.values()] if sampler else []
         vendor = next(iter(sampler.states.values())).info.vendor if sampler and sampler.states else None
         versions = [v for v in (safe_version(all_facts[st.name].get("vllm_version")) for st in states) if v]
-        info = gauge("environment_info", "The node's GPU environment; always 1.",
-                  ["driver_version", "cuda_driver_version", "gpu_model", "gpu_count", "vendor"])
+        info = gauge(
+            "environment_info",
+            "The node's GPU environment; always 1.",
+            ["driver_version", "cuda_driver_version", "gpu_model", "gpu_count", "vendor"],
+        )
         if sampler is not None:
-            info.add_metric([driver.get("driver_version", ""), driver.get("cuda_driver_version", ""),
-                             models[0] if models else "", str(len(models)), vendor or ""], 1)
+            info.add_metric(
+                [
+                    driver.get("driver_version", ""),
+                    driver.get("cuda_driver_version", ""),
+                    models[0] if models else "",
+                    str(len(models)),
+                    vendor or "",
+                ],
+                1,
+            )
         vinfo = gauge("vllm_info", "vLLM version per server, from its startup log; always 1.", ["server", "version"])
         for st in states:
             v = safe_version(all_facts[st.name].get("vllm_version"))
             if v:
                 vinfo.add_metric([st.name, v], 1)
-        cfg = gauge("vllm_config_info", "What each server's startup log states of its parallel layout and limits "
-                 "(numbers only); always 1.", ["server"] + list(CONFIG_FACTS))
+        cfg = gauge(
+            "vllm_config_info",
+            "What each server's startup log states of its parallel layout and limits (numbers only); always 1.",
+            ["server"] + list(CONFIG_FACTS),
+        )
         for st in states:
             facts = all_facts[st.name]
             values = [_number_label(facts.get(k)) for k in CONFIG_FACTS]
             if any(values):
                 cfg.add_metric([st.name] + values, 1)
-        check = gauge("environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.",
-                   ["check"])
+        check = gauge(
+            "environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.", ["check"]
+        )
         results = evaluate(self.d.cfg.environment, vendor, driver, models, versions)
         for name in CHECKS:
             if name in results:

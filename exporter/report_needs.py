@@ -11,12 +11,21 @@ from typing import Protocol
 # (a series the report reads, what it stands for, how to get it). The rules' names are those of
 # alerts/vllm-headroom.recording.yaml and alerts/vllm-headroom.weekly.yaml as `generate` writes them.
 NEEDED = (
-    ("vllm_headroom_target_up", "vllm-headroom's own series",
-     "is this Prometheus scraping vllm-headroom's /metrics (a job with its :9478 targets)?"),
-    ("server:vllm_headroom_kv_cache_headroom_ratio:min", "the recording rules' series",
-     "add alerts/vllm-headroom.recording.yaml (written by `vllm-headroom generate`) to rule_files"),
-    ("server:vllm_headroom_capacity_verdict:7d", "the weekly rules' series",
-     "add alerts/vllm-headroom.weekly.yaml (written by `vllm-headroom generate`) to rule_files"),
+    (
+        "vllm_headroom_target_up",
+        "vllm-headroom's own series",
+        "is this Prometheus scraping vllm-headroom's /metrics (a job with its :9478 targets)?",
+    ),
+    (
+        "server:vllm_headroom_kv_cache_headroom_ratio:min",
+        "the recording rules' series",
+        "add alerts/vllm-headroom.recording.yaml (written by `vllm-headroom generate`) to rule_files",
+    ),
+    (
+        "server:vllm_headroom_capacity_verdict:7d",
+        "the weekly rules' series",
+        "add alerts/vllm-headroom.weekly.yaml (written by `vllm-headroom generate`) to rule_files",
+    ),
 )
 
 
@@ -33,8 +42,9 @@ def missing(prom: Queries, since_s: float, end: float) -> list[str]:
     problems = []
     for name, what, fix in NEEDED:
         if not prom.query(f"count(last_over_time({name}[{window}]))", end):
-            problems.append(f"{prom.url} has no {name} in the {window} before the report's end: {what} are "
-                            f"missing; {fix}")
+            problems.append(
+                f"{prom.url} has no {name} in the {window} before the report's end: {what} are missing; {fix}"
+            )
             if name == NEEDED[0][0]:
                 break
     return problems

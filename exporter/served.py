@@ -80,8 +80,13 @@ def accepts_gzip(accept_encoding: str) -> bool:
 class ExpositionCache:
     """The current bodies for `version()`: (format, gzip) -> bytes, filled as scrapers ask."""
 
-    def __init__(self, registry: Collector, version: Callable[[], Hashable], max_age_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        registry: Collector,
+        version: Callable[[], Hashable],
+        max_age_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
         self.version = version
         self.max_age_s = max_age_s

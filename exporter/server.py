@@ -41,13 +41,14 @@ async def landing(request: web.Request) -> web.Response:
     rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.config.safe_url)}</td>"
         f"<td>{'up' if s.up else 'down'}</td><td>{html.escape(s.config.log.path) if s.config.log else '-'}</td></tr>"
-        for s in d.servers.values())
+        for s in d.servers.values()
+    )
     gpus = len(d.gpu.states) if d.gpu else 0
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vLLM Headroom</title></head>
 <body><h1>vLLM Headroom {__version__}</h1>
 <p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <h2>Watching</h2><table border="1" cellpadding="4"><tr><th>server</th><th>metrics URL</th><th>last scrape</th>
-<th>log</th></tr>{rows}</table><p>GPUs: {gpus} ({html.escape(d.gpu.backend.name) if d.gpu else 'none'})</p>
+<th>log</th></tr>{rows}</table><p>GPUs: {gpus} ({html.escape(d.gpu.backend.name) if d.gpu else "none"})</p>
 </body></html>"""
     return web.Response(text=page, content_type="text/html")
 
@@ -63,8 +64,13 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="first collection not finished\n")
 
 
-def build_app(daemon: ServedDaemon, registry: CollectorRegistry, background: bool = True,
-              web_config: "WebConfig | None" = None, guard: "ConnectionGuard | None" = None) -> web.Application:
+def build_app(
+    daemon: ServedDaemon,
+    registry: CollectorRegistry,
+    background: bool = True,
+    web_config: "WebConfig | None" = None,
+    guard: "ConnectionGuard | None" = None,
+) -> web.Application:
     """The app; `background=False` serves the daemon's state without starting its scrapers (benchmarks)."""
     middlewares = [guard.middleware()] if guard is not None else []  # first: a request waiting on auth is busy
     if web_config is not None and web_config.allowed_sans:

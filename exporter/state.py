@@ -73,8 +73,9 @@ def _without_repeats(series: dict) -> tuple[dict, int]:
 class ServerState:
     """What is known of one vLLM server: its last scrape, windows over its counters, its log."""
 
-    def __init__(self, config: ServerConfig, window_s: float, tailer: LogTailer | None,
-                 cluster: str | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, window_s: float, tailer: LogTailer | None, cluster: str | None = None
+    ) -> None:
         self.config = config
         self.name = config.name
         # labels every series of this server carries besides `server`: its role, and the cluster when configured
@@ -106,11 +107,9 @@ class ServerState:
             self.errors[result.reason or "other"] += 1
             detail = redact_text(result.detail, self.config.url or "")
             if self.up:
-                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason,
-                            detail)
+                log.warning("%s: scrape of %s failed (%s: %s)", self.name, self.config.safe_url, result.reason, detail)
             elif self.scrapes == 1:
-                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.safe_url, result.reason,
-                         detail)
+                log.info("%s: %s not answering yet (%s: %s)", self.name, self.config.safe_url, result.reason, detail)
             self.up = False
             self.series = {}
             self.kv_usage = {}
@@ -184,8 +183,9 @@ class ServerState:
 
     def _warn_cap(self, what: str) -> None:
         if not self._warned_cap:
-            log.warning("%s: %s; the rest are dropped and counted in vllm_headroom_series_dropped_total",
-                        self.name, what)
+            log.warning(
+                "%s: %s; the rest are dropped and counted in vllm_headroom_series_dropped_total", self.name, what
+            )
             self._warned_cap = True
 
     def reexported(self) -> dict:

@@ -12,11 +12,26 @@ from exporter.advice import STAGE_LABELS, next_move
 from exporter.logs.formats import read_lines
 from exporter.logs.stages import LogAnalyzer
 
-STARTUP_KEYS = ("weight_loading_s", "torch_compile_s", "memory_profiling_s", "graph_capture_s", "engine_init_s",
-                "time_to_ready_s")
-FACT_KEYS = ("vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-             "max_model_len", "gpu_memory_utilization", "enable_prefix_caching", "kv_cache_tokens",
-             "max_concurrency")
+STARTUP_KEYS = (
+    "weight_loading_s",
+    "torch_compile_s",
+    "memory_profiling_s",
+    "graph_capture_s",
+    "engine_init_s",
+    "time_to_ready_s",
+)
+FACT_KEYS = (
+    "vllm_version",
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "kv_cache_tokens",
+    "max_concurrency",
+)
 
 
 class UnreadableInput(Exception):
@@ -47,8 +62,10 @@ def _open_log(name: str, raw: BinaryIO) -> BinaryIO:
         stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
     if _looks_binary(head):
-        raise UnreadableInput(f"{name}: not a text log (binary data in its first bytes); give the log file itself "
-                              f"(plain, CRI, docker json, or gzip of one of these)")
+        raise UnreadableInput(
+            f"{name}: not a text log (binary data in its first bytes); give the log file itself "
+            f"(plain, CRI, docker json, or gzip of one of these)"
+        )
     return stream
 
 
@@ -83,9 +100,16 @@ def build_report(name: str, fmt: str, analyzer: LogAnalyzer, truncated: int = 0)
     epoch = analyzer.first_oom_epoch or analyzer.epoch
     first_oom = None
     if first is not None:
-        first_oom = {"line": first.line, "time": first.time, "stage": first.stage, "phase": first.phase,
-                     "evidence": first.evidence, "cause": first.cause, "stage_evidence": first.stage_evidence,
-                     "confidence": first.confidence}
+        first_oom = {
+            "line": first.line,
+            "time": first.time,
+            "stage": first.stage,
+            "phase": first.phase,
+            "evidence": first.evidence,
+            "cause": first.cause,
+            "stage_evidence": first.stage_evidence,
+            "confidence": first.confidence,
+        }
     facts: dict[str, Any] = {key: epoch.facts.get(key) for key in FACT_KEYS}
     facts.update({k: v for k, v in sorted(epoch.facts.items()) if k not in facts})
     startup: dict[str, Any] = {key: epoch.startup.get(key) for key in STARTUP_KEYS}
@@ -129,8 +153,10 @@ def render_text(report: dict[str, Any]) -> str:
         w(f"  decided by: {first['stage_evidence']} (confidence {first['confidence']})\n")
         w(f"  evidence: {first['evidence']}\n")
     if report["recovered_memory_events"]:
-        w(f"Recovered memory events (vLLM caught them and went on): {len(report['recovered_memory_events'])}, "
-          f"first at line {report['recovered_memory_events'][0]['line']}\n")
+        w(
+            f"Recovered memory events (vLLM caught them and went on): {len(report['recovered_memory_events'])}, "
+            f"first at line {report['recovered_memory_events'][0]['line']}\n"
+        )
     w(f"\nNext move: {report['next_move']}\n")
     if report["timeline"]:
         w("\nStartup timeline:\n")

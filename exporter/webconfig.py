@@ -29,13 +29,31 @@ from aiohttp import web
 
 from exporter.config import ConfigError, load_yaml
 
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
-                "TLS13": ssl.TLSVersion.TLSv1_3}
-CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL,
-               "RequireAnyClientCert": ssl.CERT_REQUIRED, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-               "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
-KNOWN_TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version",
-             "cipher_suites", "prefer_server_cipher_suites", "curve_preferences", "client_allowed_sans"}
+TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "RequestClientCert": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+KNOWN_TLS = {
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+    "client_allowed_sans",
+}
 # A bcrypt hash as written by htpasswd -B or Go's x/crypto/bcrypt: $2a$/$2b$/$2y$, cost, 53 chars of salt+hash.
 _BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 CHECK_THREADS = 2  # bcrypt checks at once (it releases the GIL; more would only take CPU from the scrapers)
@@ -114,12 +132,15 @@ def load_web_config(path: str) -> WebConfig:
         raise ConfigError([f"{path}: <top>: expected a mapping with tls_server_config and/or basic_auth_users"])
     for key in data:
         if key not in ("tls_server_config", "basic_auth_users", "http_server_config"):
-            problems.append(f"{path}: {key}: unknown key (known: tls_server_config, basic_auth_users, "
-                            f"http_server_config)")
+            problems.append(
+                f"{path}: {key}: unknown key (known: tls_server_config, basic_auth_users, http_server_config)"
+            )
     cfg = WebConfig()
     if data.get("http_server_config"):  # http2 / headers: not implemented, so not silently accepted
-        problems.append(f"{path}: http_server_config: not supported by vllm-headroom (remove it; HTTP/1.1 is "
-                        f"served, without extra headers)")
+        problems.append(
+            f"{path}: http_server_config: not supported by vllm-headroom (remove it; HTTP/1.1 is "
+            f"served, without extra headers)"
+        )
     tls = data.get("tls_server_config")
     if tls is not None:
         cfg.ssl_context = _tls(path, tls, problems)
@@ -128,8 +149,10 @@ def load_web_config(path: str) -> WebConfig:
             if not isinstance(sans, list) or not sans or not all(isinstance(x, str) and x for x in sans):
                 problems.append(f"{path}: tls_server_config.client_allowed_sans: expected a list of names")
             elif tls.get("client_auth_type") != "RequireAndVerifyClientCert":
-                problems.append(f"{path}: tls_server_config.client_allowed_sans: needs client_auth_type "
-                                f"RequireAndVerifyClientCert (only a verified certificate's names mean anything)")
+                problems.append(
+                    f"{path}: tls_server_config.client_allowed_sans: needs client_auth_type "
+                    f"RequireAndVerifyClientCert (only a verified certificate's names mean anything)"
+                )
             else:
                 cfg.allowed_sans = frozenset(sans)
     users = data.get("basic_auth_users") or {}
@@ -139,8 +162,10 @@ def load_web_config(path: str) -> WebConfig:
     for user, hashed in users.items():
         m = _BCRYPT.match(hashed) if isinstance(hashed, str) else None
         if m is None or not 4 <= int(m.group(1)) <= 31:
-            problems.append(f"{path}: basic_auth_users.{user}: expected a bcrypt hash ($2y$10$ and 53 characters "
-                            f"of salt and hash, as htpasswd -nB writes), got <hidden>")
+            problems.append(
+                f"{path}: basic_auth_users.{user}: expected a bcrypt hash ($2y$10$ and 53 characters "
+                f"of salt and hash, as htpasswd -nB writes), got <hidden>"
+            )
             continue
         cfg.users[str(user)] = hashed.replace("$2y$", "$2b$", 1).encode("ascii")  # Go's $2y$ is bcrypt's $2b$
     if problems:
@@ -157,8 +182,9 @@ def _tls_keys(where: str, tls: dict, problems: list[str]) -> None:
             problems.append(f"{where}.{key}: unknown key")
     for key in ("cipher_suites", "curve_preferences"):
         if tls.get(key):  # Go's names and semantics; refused rather than accepted and ignored
-            problems.append(f"{where}.{key}: not supported by vllm-headroom (remove it; OpenSSL's defaults for "
-                            f"TLS 1.2+ apply)")
+            problems.append(
+                f"{where}.{key}: not supported by vllm-headroom (remove it; OpenSSL's defaults for TLS 1.2+ apply)"
+            )
     prefer = tls.get("prefer_server_cipher_suites", False)
     if not isinstance(prefer, bool):
         problems.append(f"{where}.prefer_server_cipher_suites: expected true or false, got {prefer!r}")
@@ -170,8 +196,7 @@ def _tls_keys(where: str, tls: dict, problems: list[str]) -> None:
         problems.append(f"{where}.client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {auth!r}")
 
 
-def _tls_versions(where: str, tls: dict,
-                  problems: list[str]) -> tuple[ssl.TLSVersion | None, ssl.TLSVersion | None]:
+def _tls_versions(where: str, tls: dict, problems: list[str]) -> tuple[ssl.TLSVersion | None, ssl.TLSVersion | None]:
     """min_version and max_version, None where not one of TLS_VERSIONS (a problem is recorded)."""
     versions = {}
     for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
@@ -181,8 +206,10 @@ def _tls_versions(where: str, tls: dict,
         versions[key] = TLS_VERSIONS.get(value)
     low, high = versions["min_version"], versions["max_version"]
     if low is not None and high is not None and low > high:
-        problems.append(f"{where}.min_version: {tls.get('min_version', 'TLS12')} is above max_version "
-                        f"{tls.get('max_version', 'TLS13')}: no TLS version would be left")
+        problems.append(
+            f"{where}.min_version: {tls.get('min_version', 'TLS12')} is above max_version "
+            f"{tls.get('max_version', 'TLS13')}: no TLS version would be left"
+        )
     return low, high
 
 
@@ -233,10 +260,12 @@ def auth_middleware(cfg: WebConfig) -> Callable[..., Awaitable[web.StreamRespons
                 if ok:
                     return await handler(request)
                 if ok is None:
-                    return web.Response(status=429, text="Too many authentication attempts; try again\n",
-                                        headers={"Retry-After": "1"})
-        return web.Response(status=401, text="Unauthorized\n",
-                            headers={"WWW-Authenticate": 'Basic realm="vllm-headroom"'})
+                    return web.Response(
+                        status=429, text="Too many authentication attempts; try again\n", headers={"Retry-After": "1"}
+                    )
+        return web.Response(
+            status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="vllm-headroom"'}
+        )
 
     return middleware
 

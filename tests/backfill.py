@@ -17,13 +17,25 @@ from tests.conftest import Prometheus, need, start_prometheus
 
 def blocks_from_openmetrics(om: Path, data: Path) -> None:
     """One block for the whole history (promtool rereads the input once per block range otherwise)."""
-    r = subprocess.run([need("promtool"), "tsdb", "create-blocks-from", "openmetrics", "-q",
-                        "--max-block-duration=192h", str(om), str(data)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            need("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "-q",
+            "--max-block-duration=192h",
+            str(om),
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def passes_by_dependency(groups: list[dict[str, Any]], workdir: Path, tag: str,
-                         keep=lambda rule: True) -> list[Path]:
+def passes_by_dependency(groups: list[dict[str, Any]], workdir: Path, tag: str, keep=lambda rule: True) -> list[Path]:
     """The recording rules of `groups`, split into files by how deep they read other recorded series."""
     rules = [(g, r) for g in groups for r in g["rules"] if "record" in r and keep(r)]
     recorded = {r["record"] for _, r in rules}
@@ -31,8 +43,9 @@ def passes_by_dependency(groups: list[dict[str, Any]], workdir: Path, tag: str,
     for _ in rules:  # relax until stable: at most one round per rule
         for i, (_, r) in enumerate(rules):
             reads = {n for n in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", r["expr"]) if n in recorded}
-            d = 1 + max((depth.get(j, 0) for j, (_, o) in enumerate(rules) if o["record"] in reads and j != i),
-                        default=-1)
+            d = 1 + max(
+                (depth.get(j, 0) for j, (_, o) in enumerate(rules) if o["record"] in reads and j != i), default=-1
+            )
             depth[i] = max(depth.get(i, 0), d)
     files = []
     for level in sorted(set(depth.values())):
@@ -40,7 +53,8 @@ def passes_by_dependency(groups: list[dict[str, Any]], workdir: Path, tag: str,
         by_group: dict[str, dict[str, Any]] = {}
         for g, r in picked:
             by_group.setdefault(g["name"], {"name": g["name"], "interval": g.get("interval", "1m"), "rules": []})[
-                "rules"].append(r)
+                "rules"
+            ].append(r)
         path = workdir / f"{tag}-pass-{level}.yaml"
         path.write_text(yaml.safe_dump({"groups": list(by_group.values())}, sort_keys=False))
         files.append(path)
@@ -54,9 +68,23 @@ def backfill_rules(workdir: Path, passes: list[Path], start: int, end: int, *pro
     for path in passes:
         prom = start_prometheus(workdir, "global: {scrape_interval: 1m}\n", *prom_args)
         try:
-            r = subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", "-q", f"--start={start}",
-                                f"--end={end}", f"--url={prom.url}", f"--output-dir={out}", str(path)],
-                               capture_output=True, text=True, timeout=900)
+            r = subprocess.run(
+                [
+                    promtool,
+                    "tsdb",
+                    "create-blocks-from",
+                    "rules",
+                    "-q",
+                    f"--start={start}",
+                    f"--end={end}",
+                    f"--url={prom.url}",
+                    f"--output-dir={out}",
+                    str(path),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert r.returncode == 0, r.stderr[-2000:]
         finally:
             prom.proc.terminate()

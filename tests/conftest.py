@@ -26,8 +26,10 @@ def free_port() -> int:
 def need(binary: str) -> str:
     path = shutil.which(binary)
     if path is None:
-        pytest.fail(f"{binary} is not installed: `make test` installs Debian's prometheus packages "
-                    f"(apt-get install prometheus prometheus-alertmanager)")
+        pytest.fail(
+            f"{binary} is not installed: `make test` installs Debian's prometheus packages "
+            f"(apt-get install prometheus prometheus-alertmanager)"
+        )
     return path
 
 
@@ -51,10 +53,19 @@ def start_prometheus(workdir: Path, config: str, *extra: str) -> Prometheus:
     binary = need("prometheus")
     port = free_port()
     (workdir / "prometheus.yml").write_text(config)
-    proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--log.level=warn", "--web.enable-lifecycle", *extra],
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "wb"))
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+            "--web.enable-lifecycle",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "prometheus.log", "wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc, workdir / "prometheus.log")
     return Prometheus(url, proc)
@@ -80,10 +91,13 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30)
 def prometheus(tmp_path_factory):
     """Prometheus with the committed rules loaded and nothing to scrape."""
     d = tmp_path_factory.mktemp("prometheus")
-    rules = [str(ROOT / "alerts" / n) for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml",
-                                                 "vllm-headroom.weekly.yaml")]
-    server = start_prometheus(d, "global: {evaluation_interval: 1s}\nrule_files:\n" +
-                              "".join(f"  - {r}\n" for r in rules))
+    rules = [
+        str(ROOT / "alerts" / n)
+        for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml")
+    ]
+    server = start_prometheus(
+        d, "global: {evaluation_interval: 1s}\nrule_files:\n" + "".join(f"  - {r}\n" for r in rules)
+    )
     yield server
     server.proc.terminate()
     server.proc.wait(timeout=10)

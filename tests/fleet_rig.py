@@ -59,9 +59,17 @@ class Fleet(threading.Thread):
     """The nodes and their pods on an event loop of their own. `rules(pods)` gives the shared config's
     `kubernetes.pods` list once the pods' ports are known."""
 
-    def __init__(self, workdir: str, pods: list[Pod], rules: Callable[[list[Pod]], list[dict]],
-                 cluster: str | None = None, interval: float = 0.5, gpu_sample_s: float = 0.1,
-                 refresh: str = "1s", stats_every: int = 4) -> None:
+    def __init__(
+        self,
+        workdir: str,
+        pods: list[Pod],
+        rules: Callable[[list[Pod]], list[dict]],
+        cluster: str | None = None,
+        interval: float = 0.5,
+        gpu_sample_s: float = 0.1,
+        refresh: str = "1s",
+        stats_every: int = 4,
+    ) -> None:
         super().__init__(daemon=True)
         self.workdir = workdir
         self.pods = pods
@@ -85,7 +93,8 @@ class Fleet(threading.Thread):
 
     def config(self, node: Node) -> dict[str, Any]:
         cfg: dict[str, Any] = {
-            "listen_address": "127.0.0.1:9478", "gpu": {"backend": "none"},
+            "listen_address": "127.0.0.1:9478",
+            "gpu": {"backend": "none"},
             "state_dir": os.path.join(self.workdir, "state", node.name),
             "kubernetes": {"pod_logs": node.pod_logs, "refresh": self.refresh, "pods": self.rules(self.pods)},
         }
@@ -102,8 +111,9 @@ class Fleet(threading.Thread):
                 gpus = FakeGpuBackend(count=8, total_bytes=288 * GIB)
                 for g in range(8):
                     gpus.set_used(g, int(0.9 * 288 * GIB))  # gpu_memory_utilization's budget, filled
-                node = self.nodes[pod.node] = Node(pod.node, os.path.join(self.workdir, "nodes", pod.node, "pods"),
-                                                   gpus)
+                node = self.nodes[pod.node] = Node(
+                    pod.node, os.path.join(self.workdir, "nodes", pod.node, "pods"), gpus
+                )
             node.pods.append(pod)
             if pod.serves:
                 pod.metrics = VllmMetrics(engines=pod.engines, model_name="kimi-k3")
@@ -115,8 +125,13 @@ class Fleet(threading.Thread):
             pod.writer = VllmLogWriter(pod.log_path)
             pod.writer.healthy_startup()
         for node in self.nodes.values():
-            os.makedirs(os.path.join(node.pod_logs, "kube-system_coredns-5d78c9869d-x7x2q_"
-                                     "0b0e3f5a-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "coredns"))  # not a vLLM pod
+            os.makedirs(
+                os.path.join(
+                    node.pod_logs,
+                    "kube-system_coredns-5d78c9869d-x7x2q_0b0e3f5a-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+                    "coredns",
+                )
+            )  # not a vLLM pod
             node.daemon = Daemon(parse_config(self.config(node), f"<{node.name}>"))
             node.daemon.gpu = GpuSampler(node.gpus, self.gpu_sample_s)
             listener = Listener(build_app(node.daemon, node.daemon.registry))
@@ -203,10 +218,18 @@ receivers:
       - url: http://127.0.0.1:{hook_port}/hook
         send_resolved: false
 """)
-    proc = subprocess.Popen([binary, f"--config.file={workdir / 'alertmanager.yml'}",
-                             f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--cluster.listen-address=", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "alertmanager.log", "wb"),
+    )  # noqa: SIM115 - the child owns it
     wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
     return proc, port
 
@@ -254,8 +277,16 @@ class VmStack:
     into VictoriaMetrics, vmalert evaluates rule files against it, writes recording rules back and sends alerts
     to Alertmanager. `rule_files` are evaluated as given, except group intervals (`interval`)."""
 
-    def __init__(self, workdir, targets: list[str], rule_files: list, alertmanager_port: int, cluster: str,
-                 scrape_interval: str = "1s", group_interval: str | None = "2s") -> None:
+    def __init__(
+        self,
+        workdir,
+        targets: list[str],
+        rule_files: list,
+        alertmanager_port: int,
+        cluster: str,
+        scrape_interval: str = "1s",
+        group_interval: str | None = "2s",
+    ) -> None:
         import subprocess
 
         import yaml
@@ -270,23 +301,39 @@ class VmStack:
 
         def launch(binary: str, *args: str):
             log = workdir / f"{binary}.log"
-            proc = subprocess.Popen([need(binary), *args, "-loggerLevel=WARN"], stdout=subprocess.DEVNULL,
-                                    stderr=open(log, "wb"))  # noqa: SIM115 - the child process owns it
+            proc = subprocess.Popen(
+                [need(binary), *args, "-loggerLevel=WARN"], stdout=subprocess.DEVNULL, stderr=open(log, "wb")
+            )  # noqa: SIM115 - the child process owns it
             self.procs.append(proc)
             return proc, log
 
         # latencyOffset 0: instant queries see the newest samples (the default hides the last 30 s)
-        proc, log = launch("victoria-metrics", f"-httpListenAddr=127.0.0.1:{vm_port}",
-                           f"-storageDataPath={workdir / 'vm-data'}", "-retentionPeriod=1d",
-                           "-search.latencyOffset=0s", "-search.disableCache")
+        proc, log = launch(
+            "victoria-metrics",
+            f"-httpListenAddr=127.0.0.1:{vm_port}",
+            f"-storageDataPath={workdir / 'vm-data'}",
+            "-retentionPeriod=1d",
+            "-search.latencyOffset=0s",
+            "-search.disableCache",
+        )
         wait_health(self.url, proc, log)
-        (workdir / "scrape.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
-            "scrape_configs": [{"job_name": "vllm-headroom", "static_configs": [{"targets": targets}]}]}))
-        proc, log = launch("vmagent", f"-httpListenAddr=127.0.0.1:{agent_port}",
-                           f"-promscrape.config={workdir / 'scrape.yml'}", f"-remoteWrite.url={self.url}/api/v1/write",
-                           f"-remoteWrite.label=cluster={cluster}", f"-remoteWrite.tmpDataPath={workdir / 'vmagent'}",
-                           "-remoteWrite.flushInterval=1s")
+        (workdir / "scrape.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
+                    "scrape_configs": [{"job_name": "vllm-headroom", "static_configs": [{"targets": targets}]}],
+                }
+            )
+        )
+        proc, log = launch(
+            "vmagent",
+            f"-httpListenAddr=127.0.0.1:{agent_port}",
+            f"-promscrape.config={workdir / 'scrape.yml'}",
+            f"-remoteWrite.url={self.url}/api/v1/write",
+            f"-remoteWrite.label=cluster={cluster}",
+            f"-remoteWrite.tmpDataPath={workdir / 'vmagent'}",
+            "-remoteWrite.flushInterval=1s",
+        )
         wait_health(f"http://127.0.0.1:{agent_port}", proc, log)
         rules = []
         for i, path in enumerate(rule_files):
@@ -297,11 +344,19 @@ class VmStack:
             out = workdir / f"rules-{i}-{os.path.basename(str(path))}"
             out.write_text(yaml.safe_dump(doc, sort_keys=False))
             rules.append(f"-rule={out}")
-        proc, log = launch("vmalert", f"-httpListenAddr=127.0.0.1:{alert_port}", *rules,
-                           f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
-                           f"-remoteRead.url={self.url}", f"-notifier.url=http://127.0.0.1:{alertmanager_port}",
-                           "-evaluationInterval=1s", "-datasource.queryStep=5s", "-remoteWrite.flushInterval=500ms",
-                           f"-external.label=cluster={cluster}")
+        proc, log = launch(
+            "vmalert",
+            f"-httpListenAddr=127.0.0.1:{alert_port}",
+            *rules,
+            f"-datasource.url={self.url}",
+            f"-remoteWrite.url={self.url}",
+            f"-remoteRead.url={self.url}",
+            f"-notifier.url=http://127.0.0.1:{alertmanager_port}",
+            "-evaluationInterval=1s",
+            "-datasource.queryStep=5s",
+            "-remoteWrite.flushInterval=500ms",
+            f"-external.label=cluster={cluster}",
+        )
         wait_health(self.vmalert_url, proc, log)
 
     def get(self, path: str, **params: str) -> dict:

@@ -29,7 +29,7 @@ def expectations(name: str) -> dict[str, str]:
     """The `# expect: key=value ...` line of a fixture's header."""
     for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines():
         if line.startswith("# expect:"):
-            return dict(item.split("=", 1) for item in line[len("# expect:"):].split())
+            return dict(item.split("=", 1) for item in line[len("# expect:") :].split())
     raise AssertionError(f"{name} has no '# expect:' line")
 
 
@@ -38,7 +38,7 @@ def wrap_cri(text: str, piece: int = 0) -> bytes:
     out = []
     for i, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")):
         stamp = f"2026-11-20T09:{i // 60 % 60:02d}:{i % 60:02d}.{i:09d}Z"
-        chunks = [line[j:j + piece] for j in range(0, len(line), piece)] if piece and line else [line]
+        chunks = [line[j : j + piece] for j in range(0, len(line), piece)] if piece and line else [line]
         for k, chunk in enumerate(chunks):
             tag = "F" if k == len(chunks) - 1 else "P"
             out.append(f"{stamp} stderr {tag} {chunk}")
@@ -51,7 +51,7 @@ def wrap_docker(text: str, piece: int = 0) -> bytes:
     for i, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")):
         stamp = f"2026-11-20T09:{i // 60 % 60:02d}:{i % 60:02d}.{i:09d}Z"
         full = line + "\n"
-        chunks = [full[j:j + piece] for j in range(0, len(full), piece)] if piece else [full]
+        chunks = [full[j : j + piece] for j in range(0, len(full), piece)] if piece else [full]
         for chunk in chunks:
             out.append(json.dumps({"log": chunk, "stream": "stderr", "time": stamp}))
     return ("\n".join(out) + "\n").encode("utf-8")

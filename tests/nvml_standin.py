@@ -14,8 +14,15 @@ SUCCESS, NOT_SUPPORTED, INSUFFICIENT_SIZE, GPU_IS_LOST, UNKNOWN = 0, 3, 7, 15, 9
 
 
 class FakeNvmlLib:
-    def __init__(self, gpus: int = 8, total: int = 288 * 1024**3, driver: bytes = b"580.65.06",
-                 cuda: int = 13000, v2: bool = True, mig_gpu: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: int = 8,
+        total: int = 288 * 1024**3,
+        driver: bytes = b"580.65.06",
+        cuda: int = 13000,
+        v2: bool = True,
+        mig_gpu: int | None = None,
+    ) -> None:
         self.total = total
         self.used = {i: total // 4 for i in range(gpus)}
         self.gpus = gpus
@@ -49,8 +56,11 @@ class FakeNvmlLib:
         return SUCCESS
 
     def _nvmlDeviceGetHandleByIndex_v2(self, index, handle_ref):
-        ctypes.memmove(ctypes.addressof(handle_ref._obj), ctypes.byref(ctypes.c_void_p(0x1000 + index.value)),
-                       ctypes.sizeof(ctypes.c_void_p))
+        ctypes.memmove(
+            ctypes.addressof(handle_ref._obj),
+            ctypes.byref(ctypes.c_void_p(0x1000 + index.value)),
+            ctypes.sizeof(ctypes.c_void_p),
+        )
         return SUCCESS
 
     def _nvmlDeviceGetName(self, handle, buf, size):

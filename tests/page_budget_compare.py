@@ -52,8 +52,7 @@ def main(argv: list[str]) -> int:
             prom.proc.terminate()
             prom.proc.wait(10)
         for s in servers:
-            mine = Counter(f"{e['alert']} ({e['labels']['routing']})" for e in episodes
-                           if s.name in _who(e, servers))
+            mine = Counter(f"{e['alert']} ({e['labels']['routing']})" for e in episodes if s.name in _who(e, servers))
             print(f"{s.name:22} {s.incident.kind:26} {dict(mine) or 'nothing'}")
         routing = Counter(e["labels"]["routing"] for e in episodes)
         print(f"total: {routing.get('page', 0)} pages, {routing.get('ticket', 0)} tickets")

@@ -25,8 +25,17 @@ from exporter.triage import triage_path
 CORPUS = Path(__file__).parent / "fixtures" / "real"
 LABELS = CORPUS / "labels.yaml"
 SPLITS = ("dev", "heldout")
-STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown", "prefill", "decode",
-          "runtime_unknown", "none")
+STAGES = (
+    "weight_loading",
+    "graph_capture",
+    "kv_cache_alloc",
+    "warmup",
+    "loading_unknown",
+    "prefill",
+    "decode",
+    "runtime_unknown",
+    "none",
+)
 PHASES = ("loading", "runtime", "none")
 
 
@@ -56,9 +65,11 @@ class Score:
     def line(self) -> str:
         if not self.total:
             return f"{self.split:8} {0:4} excerpts"
-        return (f"{self.split:8} {self.total:4} excerpts: phase {self.phase_accuracy:6.1%}  stage "
-                f"{self.stage_accuracy:6.1%}  missed {self.missed}/{self.failures} failures  false OOMs "
-                f"{self.false_ooms}/{self.negatives} negatives  ready-before {self.ready_ok}/{self.total}")
+        return (
+            f"{self.split:8} {self.total:4} excerpts: phase {self.phase_accuracy:6.1%}  stage "
+            f"{self.stage_accuracy:6.1%}  missed {self.missed}/{self.failures} failures  false OOMs "
+            f"{self.false_ooms}/{self.negatives} negatives  ready-before {self.ready_ok}/{self.total}"
+        )
 
 
 def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
@@ -71,8 +82,13 @@ def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
         where = f"{path}: entry {i} ({e.get('file')!r})"
         if e.get("stage") not in STAGES or e.get("phase") not in PHASES or e.get("split") not in SPLITS:
             raise ValueError(f"{where}: stage, phase or split is not one of the known values")
-        expected_phase = ("none" if e["stage"] == "none" else
-                          "runtime" if e["stage"] in ("prefill", "decode", "runtime_unknown") else "loading")
+        expected_phase = (
+            "none"
+            if e["stage"] == "none"
+            else "runtime"
+            if e["stage"] in ("prefill", "decode", "runtime_unknown")
+            else "loading"
+        )
         if e["phase"] != expected_phase:
             raise ValueError(f"{where}: phase {e['phase']} does not fit stage {e['stage']}")
         if not (path.parent / e["file"]).is_file() or e["file"] in seen:
@@ -101,8 +117,15 @@ def score(split: str, entries: list[dict[str, Any]] | None = None) -> Score:
             result.failures += 1
             result.missed += first is None
         if stage != e["stage"]:
-            result.wrong.append({"file": e["file"], "label": e["stage"], "got": stage,
-                                 "decided_by": first and first["stage_evidence"], "line": first and first["line"]})
+            result.wrong.append(
+                {
+                    "file": e["file"],
+                    "label": e["stage"],
+                    "got": stage,
+                    "decided_by": first and first["stage_evidence"],
+                    "line": first and first["line"],
+                }
+            )
     return result
 
 

@@ -23,8 +23,9 @@ def rendered(st: ServerState) -> str:
 
 def test_100k_finished_reason_values_are_capped_and_counted():
     lines = ["# TYPE vllm:request_success_total counter"]
-    lines += [f'vllm:request_success_total{{engine="0",finished_reason="r{i}",model_name="m"}} 1'
-              for i in range(100_000)]
+    lines += [
+        f'vllm:request_success_total{{engine="0",finished_reason="r{i}",model_name="m"}} 1' for i in range(100_000)
+    ]
     st = state_after("\n".join(lines) + "\n")
     out = rendered(st)
     assert out.count("\n") == MAX_REEXPORTED
@@ -32,8 +33,10 @@ def test_100k_finished_reason_values_are_capped_and_counted():
 
 
 def test_series_differing_only_in_a_stripped_label_are_exported_once():
-    text = ('vllm:num_requests_running{engine="0",model_name="m",pid="1"} 3\n'
-            'vllm:num_requests_running{engine="0",model_name="m",pid="2"} 5\n')
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="m",pid="1"} 3\n'
+        'vllm:num_requests_running{engine="0",model_name="m",pid="2"} 5\n'
+    )
     st = state_after(text)
     out = rendered(st)
     assert out.count("vllm_headroom_requests_running{") == 1 and 'pid="' not in out
@@ -43,8 +46,10 @@ def test_series_differing_only_in_a_stripped_label_are_exported_once():
 
 
 def test_a_repeated_sample_is_not_summed_into_kv_usage():
-    text = ('vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6\n'
-            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6\n')
+    text = (
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6\n'
+    )
     st = state_after(text)
     assert st.kv_usage == {("m", "0"): 0.6}  # once summed to 1.0: headroom 0, a critical page
     assert st.dropped_series == 1

@@ -58,7 +58,9 @@ def test_unknown_key_is_an_error_with_a_suggestion(tmp_path):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    got = problems(tmp_path, """
+    got = problems(
+        tmp_path,
+        """
 listen_address: nowhere
 servers:
   - name: a
@@ -67,7 +69,8 @@ servers:
   - url: http://x:8000/metrics
   - name: a
 gpu: {backend: cuda}
-""")
+""",
+    )
     text = "\n".join(got)
     assert "listen_address: expected host:port" in text
     assert "servers[0].url: expected an http:// or https:// URL" in text and "'ftp://x/metrics'" in text
@@ -113,13 +116,16 @@ def test_shipped_example_config_is_valid():
     assert [s.name for s in cfg.servers] == ["prefill-0", "decode-0"] and cfg.gpu.backend == "auto"
 
 
-@pytest.mark.parametrize("text, where", [
-    ("servers:\n  - name: a\n    interval: .nan\n", "servers[0].interval"),
-    ("servers:\n  - name: a\n    interval: .inf\n", "servers[0].interval"),
-    ("state_save_interval: " + "9" * 401 + "\n", "state_save_interval"),
-    ("servers:\n  - name: a\n    max_response_bytes: " + "9" * 401 + "\n", "servers[0].max_response_bytes"),
-    ("gpu: {fake_count: " + "9" * 401 + "}\n", "gpu.fake_count"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("servers:\n  - name: a\n    interval: .nan\n", "servers[0].interval"),
+        ("servers:\n  - name: a\n    interval: .inf\n", "servers[0].interval"),
+        ("state_save_interval: " + "9" * 401 + "\n", "state_save_interval"),
+        ("servers:\n  - name: a\n    max_response_bytes: " + "9" * 401 + "\n", "servers[0].max_response_bytes"),
+        ("gpu: {fake_count: " + "9" * 401 + "}\n", "gpu.fake_count"),
+    ],
+)
 def test_values_no_scrape_loop_can_live_with_are_refused(tmp_path, text, where):
     got = problems(tmp_path, text)
     assert len(got) == 1 and f": {where}: expected" in got[0], got
@@ -158,8 +164,9 @@ def test_check_config_validates_the_referenced_web_config(tmp_path):
 
     (tmp_path / "web.yaml").write_text("basic_auth_users: {alice: not-a-hash}\n")
     path = write(tmp_path, f"web_config_file: {tmp_path / 'web.yaml'}\n")
-    r = subprocess.run([sys.executable, "-m", "exporter", "check-config", path], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "exporter", "check-config", path], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and "basic_auth_users.alice: expected a bcrypt hash" in r.stderr
     assert "Traceback" not in r.stderr
 

@@ -17,8 +17,10 @@ from exporter.server import build_app
 from exporter.simulate.server import VllmStandIn, start
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
-OOM = ("(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
-       "Tried to allocate 7.03 GiB. GPU 3 has a total capacity of 279.28 GiB of which 5.12 GiB is free.")
+OOM = (
+    "(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 7.03 GiB. GPU 3 has a total capacity of 279.28 GiB of which 5.12 GiB is free."
+)
 STARTUP = [
     "(APIServer pid=1) INFO 11-20 10:02:00 [api_server.py:1839] vLLM API server version 0.27.1",
     "(Worker_TP0 pid=340) INFO 11-20 10:09:20 [gpu_worker.py:298] Available KV cache memory: 64.82 GiB",
@@ -43,8 +45,15 @@ class Rig:
     def __init__(self, tmp_path) -> None:
         self.tmp = tmp_path
         self.big = VllmMetrics(engines=8, model_name="kimi-k3")
-        self.old = VllmMetrics(engines=1, old_names=True, model_name="llama", kv_cache_size_tokens=None,
-                               num_gpu_blocks=28124, block_size=16, enable_prefix_caching=False)
+        self.old = VllmMetrics(
+            engines=1,
+            old_names=True,
+            model_name="llama",
+            kv_cache_size_tokens=None,
+            num_gpu_blocks=28124,
+            block_size=16,
+            enable_prefix_caching=False,
+        )
         self.standins = [VllmStandIn(self.big), VllmStandIn(self.old)]
         self.log = tmp_path / "prefill-0.log"
         self.log.write_text("\n".join(STARTUP) + "\n")
@@ -57,17 +66,30 @@ class Rig:
             runner, port = await start(s.app())
             self.runners.append(runner)
             ports.append(port)
-        cfg = parse_config({
-            "state_dir": str(self.tmp / "state"),
-            "servers": [
-                {"name": "prefill-0", "url": f"http://127.0.0.1:{ports[0]}/metrics", "interval": 0.3,
-                 "timeout": 0.3, "log": str(self.log)},
-                {"name": "legacy", "url": f"http://127.0.0.1:{ports[1]}/metrics", "interval": 0.3, "timeout": 0.3,
-                 "max_response_bytes": "1MiB"},
-            ],
-            "gpu": {"backend": "none"},
-            "windows": {"prefix_cache_hit_ratio": "60s"},
-        }, "test")
+        cfg = parse_config(
+            {
+                "state_dir": str(self.tmp / "state"),
+                "servers": [
+                    {
+                        "name": "prefill-0",
+                        "url": f"http://127.0.0.1:{ports[0]}/metrics",
+                        "interval": 0.3,
+                        "timeout": 0.3,
+                        "log": str(self.log),
+                    },
+                    {
+                        "name": "legacy",
+                        "url": f"http://127.0.0.1:{ports[1]}/metrics",
+                        "interval": 0.3,
+                        "timeout": 0.3,
+                        "max_response_bytes": "1MiB",
+                    },
+                ],
+                "gpu": {"backend": "none"},
+                "windows": {"prefix_cache_hit_ratio": "60s"},
+            },
+            "test",
+        )
         self.daemon = Daemon(cfg)
         self.daemon.gpu = GpuSampler(self.gpus, 0.02)
         runner, self.port = await start(build_app(self.daemon, self.daemon.registry))
@@ -103,17 +125,25 @@ def test_two_servers_eight_gpus_end_to_end(tmp_path):
         async with Rig(tmp_path) as rig:
             for e in range(8):
                 rig.big.set_load(e, EngineLoad(running=10, waiting=e, kv_usage=0.1 * e))
-                rig.big.serve_requests(e, 10, prompt_tokens=10_000, cached_tokens=2_500 * (e % 2 + 1),
-                                       output_tokens=100)
+                rig.big.serve_requests(
+                    e, 10, prompt_tokens=10_000, cached_tokens=2_500 * (e % 2 + 1), output_tokens=100
+                )
             rig.old.set_load(0, EngineLoad(running=3, waiting=0, kv_usage=0.75))
             rig.old.serve_requests(0, 4, prompt_tokens=1000, cached_tokens=900, output_tokens=10)
             rig.gpus.set_used(5, 200 * 1024**3)
-            text = await rig.wait_for(lambda t: values(t, "vllm_headroom_prefix_cache_hit_ratio", server="legacy")
-                                      and values(t, "vllm_headroom_prefix_cache_hit_ratio", server="prefill-0"))
+            text = await rig.wait_for(
+                lambda t: (
+                    values(t, "vllm_headroom_prefix_cache_hit_ratio", server="legacy")
+                    and values(t, "vllm_headroom_prefix_cache_hit_ratio", server="prefill-0")
+                )
+            )
             # the whole answer is valid exposition for Prometheus's own parser
             assert list(text_string_to_metric_families(text))
-            kv = {s.label("engine"): s.value for s in parse(text).samples
-                  if s.name == "vllm_headroom_kv_cache_usage_ratio" and s.label("server") == "prefill-0"}
+            kv = {
+                s.label("engine"): s.value
+                for s in parse(text).samples
+                if s.name == "vllm_headroom_kv_cache_usage_ratio" and s.label("server") == "prefill-0"
+            }
             assert kv == {str(e): 0.1 * e for e in range(8)}
             assert values(text, "vllm_headroom_kv_cache_headroom_ratio", server="legacy") == [0.25]
             # hits/queries summed over engines: (4 x 2500 + 4 x 5000) x 10 / (8 x 10000 x 10)
@@ -134,10 +164,12 @@ def test_two_servers_eight_gpus_end_to_end(tmp_path):
             assert values(text, "vllm_headroom_gpu_memory_used_bytes", gpu="5") == [200 * 1024**3]
             assert values(text, "vllm_headroom_vllm_info", server="prefill-0", version="0.27.1") == [1]
             assert values(text, "vllm_headroom_log_lines_cut_total", server="prefill-0") == [0]
-            assert values(text, "vllm_headroom_startup_memory_bytes", server="prefill-0", part="kv_cache") == \
-                [64.82 * 1024**3]
-            checks = {s.label("check"): s.value for s in parse(text).samples
-                      if s.name == "vllm_headroom_environment_check"}
+            assert values(text, "vllm_headroom_startup_memory_bytes", server="prefill-0", part="kv_cache") == [
+                64.82 * 1024**3
+            ]
+            checks = {
+                s.label("check"): s.value for s in parse(text).samples if s.name == "vllm_headroom_environment_check"
+            }
             assert checks["driver_min_version"] == 1
             assert checks["cuda_driver_major"] == 1 and checks["gpu_count"] == 1 and checks["vllm_min_version"] == 1
             assert checks["gpu_model_supported"] == 1
@@ -151,12 +183,19 @@ def test_oom_line_reaches_the_counter_within_a_second(tmp_path):
         async with Rig(tmp_path) as rig:
             await rig.wait_for(lambda t: values(t, "vllm_headroom_engine_ready", server="prefill-0") == [1])
             with open(rig.log, "a") as f:
-                f.write("(EngineCore_DP0 pid=212) ERROR 11-20 10:10:07 [dump_input.py:79] Dumping scheduler output "
-                        "for model execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=a,"
-                        "prompt_token_ids_len=180224)], num_scheduled_tokens={a: 16384})\n" + OOM + "\n")
+                f.write(
+                    "(EngineCore_DP0 pid=212) ERROR 11-20 10:10:07 [dump_input.py:79] Dumping scheduler output "
+                    "for model execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=a,"
+                    "prompt_token_ids_len=180224)], num_scheduled_tokens={a: 16384})\n" + OOM + "\n"
+                )
             start_t = time.monotonic()
-            await rig.wait_for(lambda t: values(t, "vllm_headroom_oom_events_total", server="prefill-0",
-                                                stage="prefill", phase="runtime") == [1], timeout=1.0)
+            await rig.wait_for(
+                lambda t: (
+                    values(t, "vllm_headroom_oom_events_total", server="prefill-0", stage="prefill", phase="runtime")
+                    == [1]
+                ),
+                timeout=1.0,
+            )
             assert time.monotonic() - start_t < 1.0
             text = await rig.metrics()
             assert sum(values(text, "vllm_headroom_oom_events_total", server="prefill-0")) == 1
@@ -184,13 +223,21 @@ def test_a_spike_between_scrapes_shows_in_the_peak(tmp_path):
 def test_broken_targets_are_reported_and_the_rest_keeps_flowing(tmp_path):
     async def main():
         async with Rig(tmp_path) as rig:
-            for fault, reason in (("http_500", "http_status"), ("slow", "timeout"), ("hang_mid_body", "timeout"),
-                                  ("huge", "too_large"), ("html", "unparsable"), ("garbage", "unparsable")):
+            for fault, reason in (
+                ("http_500", "http_status"),
+                ("slow", "timeout"),
+                ("hang_mid_body", "timeout"),
+                ("huge", "too_large"),
+                ("html", "unparsable"),
+                ("garbage", "unparsable"),
+            ):
                 rig.standins[1].fault = fault
-                text = await rig.wait_for(lambda t, reason=reason: values(t, "vllm_headroom_target_up",
-                                                                          server="legacy") == [0]
-                                          and values(t, "vllm_headroom_scrape_errors_total", server="legacy",
-                                                     reason=reason)[0] > 0)
+                text = await rig.wait_for(
+                    lambda t, reason=reason: (
+                        values(t, "vllm_headroom_target_up", server="legacy") == [0]
+                        and values(t, "vllm_headroom_scrape_errors_total", server="legacy", reason=reason)[0] > 0
+                    )
+                )
                 assert values(text, "vllm_headroom_target_up", server="prefill-0") == [1], fault
                 assert not values(text, "vllm_headroom_kv_cache_usage_ratio", server="legacy"), fault
                 rig.standins[1].fault = "ok"
@@ -216,8 +263,9 @@ def test_http_endpoints_and_openmetrics(tmp_path):
             async with rig.session.get(base + "/") as r:
                 page = await r.text()
                 assert "prefill-0" in page and "/metrics" in page
-            async with rig.session.get(base + "/metrics",
-                                       headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+            async with rig.session.get(
+                base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            ) as r:
                 assert r.headers["Content-Type"].startswith("application/openmetrics-text")
                 body = await r.text()
                 assert body.rstrip().endswith("# EOF")
@@ -244,7 +292,7 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
     from exporter.encode import text_format
 
     r = CollectorRegistry()
-    Gauge("g", 'doc with \\ and\nnewline', ["a"], registry=r).labels('v "q" \\ \n').set(float("nan"))
+    Gauge("g", "doc with \\ and\nnewline", ["a"], registry=r).labels('v "q" \\ \n').set(float("nan"))
     Counter("c", "c", ["b"], registry=r).labels("x").inc(1e21)
     Histogram("h", "h", registry=r).observe(0.3)
     Info("i", "i", registry=r).info({"k": "v"})
@@ -257,11 +305,24 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
             # the daemon's whole registry, collected twice in a row: same bytes from both writers
             a = text_format(rig.daemon.registry).decode()
             b = generate_latest(rig.daemon.registry).decode()
+
             def strip(text: str) -> list[str]:
-                return [line for line in text.splitlines() if "collect_duration" not in line and not line.startswith(
-                    ("process_", "vllm_headroom_gpu_memory_peak", "vllm_headroom_gpu_memory_headroom",
-                     "vllm_headroom_gpu_memory_used", "vllm_headroom_scrape_duration", "vllm_headroom_last_scrape",
-                     "python_gc"))]
+                return [
+                    line
+                    for line in text.splitlines()
+                    if "collect_duration" not in line
+                    and not line.startswith(
+                        (
+                            "process_",
+                            "vllm_headroom_gpu_memory_peak",
+                            "vllm_headroom_gpu_memory_headroom",
+                            "vllm_headroom_gpu_memory_used",
+                            "vllm_headroom_scrape_duration",
+                            "vllm_headroom_last_scrape",
+                            "python_gc",
+                        )
+                    )
+                ]
 
             assert strip(a) == strip(b)
 

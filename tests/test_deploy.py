@@ -53,7 +53,9 @@ def test_prometheus_rule_carries_exactly_the_generated_rules():
         on_disk += docs(ROOT / "alerts" / name)[0]["groups"]
     assert pr["spec"]["groups"] == on_disk
     t = Thresholds()
-    assert pr["spec"]["groups"] == rules.alert_groups(t, alert_specs(t)) + recording.recording_rules(t) + weekly.weekly_rules(t)
+    assert pr["spec"]["groups"] == rules.alert_groups(t, alert_specs(t)) + recording.recording_rules(
+        t
+    ) + weekly.weekly_rules(t)
 
 
 def test_compose_stack_points_at_real_files_and_valid_configs():
@@ -74,15 +76,20 @@ def test_compose_prometheus_config_passes_promtool(tmp_path):
     promtool = need("promtool")
     text = (DEPLOY / "compose" / "prometheus.yml").read_text().replace("/etc/prometheus/rules", str(ROOT / "alerts"))
     (tmp_path / "prometheus.yml").write_text(text)
-    r = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_alertmanager_config_passes_amtool():
     amtool = need("amtool")
-    r = subprocess.run([amtool, "check-config", str(DEPLOY / "compose" / "alertmanager.yml")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [amtool, "check-config", str(DEPLOY / "compose" / "alertmanager.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -7,8 +7,7 @@ import pytest
 from exporter.duration import is_prometheus, lenient_seconds, prometheus_seconds
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("5m", 300), ("7d", 604800), ("2w", 1209600),
-                                           ("250ms", 0.25)])
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("5m", 300), ("7d", 604800), ("2w", 1209600), ("250ms", 0.25)])
 def test_prometheus_durations(text, seconds):
     assert is_prometheus(text) and prometheus_seconds(text) == pytest.approx(seconds)
     assert lenient_seconds(text) == pytest.approx(seconds)  # the config's form is a superset

@@ -25,10 +25,23 @@ from exporter.simulate.server import Listener
 from tests.conftest import free_port, need, start_prometheus, wait_ready
 
 E2E = Thresholds(
-    recording_interval="1s", weekly_interval="2s", prefix_fast_window="4s", prefix_baseline_window="1m",
-    kv_queue_window="4s", kv_queue_for="2s", preemption_window="4s", preemption_for="2s", gpu_over_budget_for="2s",
-    gpu_headroom_critical_for="0s", prefix_collapse_for="2s", engine_not_ready_for="20s", target_down_for="3s",
-    kv_series_missing_for="5s", exporter_down_for="5s", weekly_min_data_hours=0.002)
+    recording_interval="1s",
+    weekly_interval="2s",
+    prefix_fast_window="4s",
+    prefix_baseline_window="1m",
+    kv_queue_window="4s",
+    kv_queue_for="2s",
+    preemption_window="4s",
+    preemption_for="2s",
+    gpu_over_budget_for="2s",
+    gpu_headroom_critical_for="0s",
+    prefix_collapse_for="2s",
+    engine_not_ready_for="20s",
+    target_down_for="3s",
+    kv_series_missing_for="5s",
+    exporter_down_for="5s",
+    weekly_min_data_hours=0.002,
+)
 DEADLINE_S = 75
 
 
@@ -102,10 +115,18 @@ receivers:
       - url: http://127.0.0.1:{hook_port}/hook
         send_resolved: false
 """)
-    proc = subprocess.Popen([binary, f"--config.file={workdir / 'alertmanager.yml'}",
-                             f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--cluster.listen-address=", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "alertmanager.log", "wb"))
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "alertmanager.log", "wb"),
+    )
     wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
     return proc, port
 
@@ -121,9 +142,13 @@ def stack(tmp_path_factory):
     if rig.error:
         raise rig.error
     am, am_port = start_alertmanager(d, rig.hook_port)
-    rules = "".join(f"  - {d / 'gen' / 'alerts' / n}\n" for n in
-                    ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml"))
-    prom = start_prometheus(d, f"""
+    rules = "".join(
+        f"  - {d / 'gen' / 'alerts' / n}\n"
+        for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml")
+    )
+    prom = start_prometheus(
+        d,
+        f"""
 global: {{scrape_interval: 1s, evaluation_interval: 1s}}
 rule_files:
 {rules}
@@ -133,7 +158,8 @@ alerting:
 scrape_configs:
   - job_name: vllm-headroom
     static_configs: [{{targets: ["127.0.0.1:{rig.port}"], labels: {{}}}}]
-""")
+""",
+    )
     yield rig, prom
     prom.proc.terminate()
     am.terminate()
@@ -187,8 +213,16 @@ def test_each_scenario_raises_its_alerts_and_no_others(stack):
 
 
 def _substitute(expr: str, server: str) -> str:
-    return (expr.replace('"$server"', f'"{server}"').replace("$__rate_interval", "10s")
-            .replace("$job", ".*").replace("$cluster", ".*").replace("$role", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+    return (
+        expr.replace('"$server"', f'"{server}"')
+        .replace("$__rate_interval", "10s")
+        .replace("$job", ".*")
+        .replace("$cluster", ".*")
+        .replace("$role", ".*")
+        .replace("$instance", ".*")
+        .replace("$server", ".*")
+        .replace("$model", ".*")
+    )
 
 
 def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):
@@ -211,11 +245,13 @@ def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):
 
 def test_capacity_verdicts_follow_the_scenarios(stack):
     rig, prom = stack
-    want = {"runtime-oom-prefill": ("monitor_and_operate", "runtime_oom"),
-            "loading-oom-weights": ("migrate_or_scale", "weights_cannot_load"),
-            "loading-oom-kv-cache": ("tune_and_keep", "loading_config_failure"),
-            "healthy": ("tune_and_keep", "stable_headroom"),
-            "healthy-high-utilization": ("tune_and_keep", "stable_headroom")}
+    want = {
+        "runtime-oom-prefill": ("monitor_and_operate", "runtime_oom"),
+        "loading-oom-weights": ("migrate_or_scale", "weights_cannot_load"),
+        "loading-oom-kv-cache": ("tune_and_keep", "loading_config_failure"),
+        "healthy": ("tune_and_keep", "stable_headroom"),
+        "healthy-high-utilization": ("tune_and_keep", "stable_headroom"),
+    }
     deadline = time.monotonic() + DEADLINE_S
     got: dict = {}
     while time.monotonic() < deadline:

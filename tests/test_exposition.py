@@ -94,7 +94,11 @@ def test_lines_needing_care_keep_their_place_and_spoil_nothing_else():
     text = 'a{x="1"} 1\nb{x="q\\"uote"} 2\nc_total 3 # {trace_id="t"} 1.0\nd{x="1"} oops\r\ne{x="1"} 5\r\n'
     expo = parse(text)
     assert [(s.name, s.labels, s.value) for s in expo.samples] == [
-        ("a", (("x", "1"),), 1.0), ("b", (("x", 'q"uote'),), 2.0), ("c_total", (), 3.0), ("e", (("x", "1"),), 5.0)]
+        ("a", (("x", "1"),), 1.0),
+        ("b", (("x", 'q"uote'),), 2.0),
+        ("c_total", (), 3.0),
+        ("e", (("x", "1"),), 5.0),
+    ]
     assert expo.errors == 1 and "oops" in expo.first_error
 
 

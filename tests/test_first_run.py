@@ -29,16 +29,18 @@ SCRIPT = Path(sys.executable).parent / "vllm-headroom"  # the console script of 
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
 
 
 class Demo:
     """`vllm-headroom demo` as a user starts it, its output read on a thread until a line shows up."""
 
     def __init__(self, *args: str, cwd: Path) -> None:
-        self.proc = subprocess.Popen([str(SCRIPT), "demo", *args], cwd=cwd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [str(SCRIPT), "demo", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.lines: list[str] = []
         self.changed = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
@@ -56,8 +58,9 @@ class Demo:
     def wait_for(self, text: str, hang_s: float = 120) -> list[str]:
         """Everything printed up to the first line holding `text` (the bound only guards against a hang)."""
         with self.changed:
-            ok = self.changed.wait_for(lambda: any(text in line for line in self.lines) or "<exit>" in self.lines,
-                                       timeout=hang_s)
+            ok = self.changed.wait_for(
+                lambda: any(text in line for line in self.lines) or "<exit>" in self.lines, timeout=hang_s
+            )
             assert ok and any(text in line for line in self.lines), "\n".join(self.lines)
             return list(self.lines)
 
@@ -69,16 +72,25 @@ class Demo:
 @pytest.mark.skipif(not SCRIPT.exists(), reason="needs the vllm-headroom console script (make install)")
 def test_demo_uses_its_port_hints_only_its_scenarios_and_prints_commands_that_run(tmp_path):
     port = free_port()
-    demo = Demo("--port", str(port), "--scenario", "prefix_collapse", "--scenario", "loading_oom_weights",
-                "--workdir", str(tmp_path), cwd=tmp_path)
+    demo = Demo(
+        "--port",
+        str(port),
+        "--scenario",
+        "prefix_collapse",
+        "--scenario",
+        "loading_oom_weights",
+        "--workdir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     try:
         lines = demo.wait_for("Ctrl-C stops everything.")
         lines = demo.wait_for(f"listening on 127.0.0.1:{port}")  # the daemon's own log line names the port
         assert not any("9478" in line for line in lines), "\n".join(lines)
-        hints = lines[lines.index("What to look at:"):]
+        hints = lines[lines.index("What to look at:") :]
         named = [h.split(":")[0].strip("- ") for h in hints if h.startswith("  - ") and ": " in h]
         assert named == ["prefix-collapse", "loading-oom-weights"], hints
-        triage = [h[len("  - "):] for h in hints if " triage " in h]
+        triage = [h[len("  - ") :] for h in hints if " triage " in h]
         assert len(triage) == 1 and triage[0].endswith(shlex.quote(str(tmp_path / "loading_oom_weights.log")))
         # the printed command runs as typed, from another directory, once the log has its OOM
         log = tmp_path / "loading_oom_weights.log"
@@ -122,12 +134,15 @@ def test_help_names_every_command_and_every_option_says_what_it_is():
                 assert action.help, f"{name} {'/'.join(action.option_strings) or action.dest} has no help"
 
 
-@pytest.mark.parametrize("command, args, wrong", [
-    ("demo", ["--prot", "9479"], "--prot 9479"),
-    ("report", ["--prometheus", "http://127.0.0.1:9", "--outt", "r.html"], "--outt r.html"),
-    ("triage", ["vllm.log", "--jsn"], "--jsn"),
-    ("serve", ["--web.listen-adress", ":9478"], "--web.listen-adress :9478"),
-])
+@pytest.mark.parametrize(
+    "command, args, wrong",
+    [
+        ("demo", ["--prot", "9479"], "--prot 9479"),
+        ("report", ["--prometheus", "http://127.0.0.1:9", "--outt", "r.html"], "--outt r.html"),
+        ("triage", ["vllm.log", "--jsn"], "--jsn"),
+        ("serve", ["--web.listen-adress", ":9478"], "--web.listen-adress :9478"),
+    ],
+)
 def test_a_mistyped_flag_shows_the_commands_usage(command, args, wrong):
     r = cli(command, *args)
     assert r.returncode == 2
@@ -154,10 +169,17 @@ def test_report_without_the_rules_names_the_rule_files(tmp_path):
     promtool = need("promtool")
     end = (int(time.time()) // 3600 - 3) * 3600
     om = tmp_path / "up.om"
-    om.write_text("# TYPE vllm_headroom_target_up gauge\n" + "".join(
-        f'vllm_headroom_target_up{{server="a"}} 1 {end - 3600 + 60 * i}\n' for i in range(60)) + "# EOF\n")
-    r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tmp_path / "data")],
-                       capture_output=True, text=True, timeout=300)
+    om.write_text(
+        "# TYPE vllm_headroom_target_up gauge\n"
+        + "".join(f'vllm_headroom_target_up{{server="a"}} 1 {end - 3600 + 60 * i}\n' for i in range(60))
+        + "# EOF\n"
+    )
+    r = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     prom = start_prometheus(tmp_path, "global: {scrape_interval: 1m}\n")
     try:
@@ -175,8 +197,10 @@ def test_report_without_the_rules_names_the_rule_files(tmp_path):
 
 
 def test_report_without_matplotlib_says_how_to_install_it(tmp_path):
-    code = ("import sys; sys.modules['matplotlib'] = None; from exporter.cli import main; "
-            f"sys.exit(main(['report', '--prometheus', 'http://127.0.0.1:{free_port()}', '--out', 'r.html']))")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from exporter.cli import main; "
+        f"sys.exit(main(['report', '--prometheus', 'http://127.0.0.1:{free_port()}', '--out', 'r.html']))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "pip install 'vllm-headroom[report]'" in r.stderr and "Traceback" not in r.stderr
@@ -184,6 +208,7 @@ def test_report_without_matplotlib_says_how_to_install_it(tmp_path):
 
 
 # -- `make run`: is it a vLLM on :8000? ----------------------------------------------------------------
+
 
 async def _served(app: web.Application) -> tuple[web.AppRunner, str]:
     runner, port = await start(app)
@@ -193,8 +218,10 @@ async def _served(app: web.Application) -> tuple[web.AppRunner, str]:
 def _app(routes: dict[str, tuple[int, str]]) -> web.Application:
     app = web.Application()
     for path, (status, body) in routes.items():
+
         async def handler(request: web.Request, status: int = status, body: str = body) -> web.Response:
             return web.Response(status=status, text=body)
+
         app.router.add_get(path, handler)
     return app
 
@@ -205,8 +232,9 @@ def test_probe_tells_a_vllm_from_anything_else_on_the_port():
             "simulated vLLM": VllmStandIn(VllmMetrics()).app(),
             "vLLM without metrics": _app({"/version": (200, json.dumps({"version": "0.11.0"}))}),
             "another exporter": _app({"/metrics": (200, "# TYPE up gauge\nup 1\n"), "/version": (404, "no")}),
-            "a web page": _app({"/metrics": (200, "<html>vllm: not really</html>"),
-                                "/version": (200, "<html>1.0</html>")}),
+            "a web page": _app(
+                {"/metrics": (200, "<html>vllm: not really</html>"), "/version": (200, "<html>1.0</html>")}
+            ),
         }
         runners, found = [], {}
         try:
@@ -229,8 +257,13 @@ def test_probe_tells_a_vllm_from_anything_else_on_the_port():
 
 
 def test_probe_command_exit_codes(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "exporter.probe", f"http://127.0.0.1:{free_port()}"],
-                       capture_output=True, text=True, timeout=60, env={**os.environ})
+    r = subprocess.run(
+        [sys.executable, "-m", "exporter.probe", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert r.returncode == 1 and "no vLLM at http://127.0.0.1:" in r.stdout
 
 
@@ -242,8 +275,10 @@ def test_the_daemons_install_pulls_no_plotting_libraries():
     runtime = " ".join(r for r in declared if "extra ==" not in r).lower()
     assert "pyyaml" in runtime and "matplotlib" not in runtime and "numpy" not in runtime
     assert any(r.startswith("matplotlib") and 'extra == "report"' in r for r in declared), declared
-    code = ("import sys; sys.modules['matplotlib'] = sys.modules['numpy'] = None; "
-            "import exporter.cli, exporter.daemon, exporter.demo, exporter.triage, exporter.generate, exporter.report; "
-            "from exporter.cli import main; sys.exit(main(['serve', '--help']))")
+    code = (
+        "import sys; sys.modules['matplotlib'] = sys.modules['numpy'] = None; "
+        "import exporter.cli, exporter.daemon, exporter.demo, exporter.triage, exporter.generate, exporter.report; "
+        "from exporter.cli import main; sys.exit(main(['serve', '--help']))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "usage: vllm-headroom serve" in r.stdout, r.stderr

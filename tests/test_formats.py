@@ -22,10 +22,12 @@ def test_detects_each_format():
 
 
 def test_cri_partial_lines_are_joined_and_keep_first_number():
-    data = (b"2026-08-16T12:00:01.1Z stderr P torch.OutOfMem\n"
-            b"2026-08-16T12:00:01.2Z stderr P oryError: CUDA out\n"
-            b"2026-08-16T12:00:01.3Z stderr F  of memory.\n"
-            b"2026-08-16T12:00:02Z stdout F next\n")
+    data = (
+        b"2026-08-16T12:00:01.1Z stderr P torch.OutOfMem\n"
+        b"2026-08-16T12:00:01.2Z stderr P oryError: CUDA out\n"
+        b"2026-08-16T12:00:01.3Z stderr F  of memory.\n"
+        b"2026-08-16T12:00:02Z stdout F next\n"
+    )
     fmt, lines = read_lines(io.BytesIO(data))
     lines = list(lines)
     assert fmt == "cri"

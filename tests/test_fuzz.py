@@ -26,7 +26,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 NAME = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True)
 LABEL = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True).filter(lambda s: not s.startswith("__"))
 VALUE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
-NUMBER = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**12, 10**12).map(float))
+NUMBER = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**12), 10**12).map(float))
 
 
 def _escape(v: str) -> str:
@@ -71,8 +71,11 @@ def test_parser_never_crashes_on_any_text(text):
 @given(exposition())
 def test_parser_agrees_with_prometheus_client_where_both_accept(text):
     try:
-        theirs = sorted((s.name, tuple(sorted(s.labels.items())), _key(s.value))
-                        for fam in text_string_to_metric_families(text) for s in fam.samples)
+        theirs = sorted(
+            (s.name, tuple(sorted(s.labels.items())), _key(s.value))
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        )
     except Exception:
         assume(False)
     ours = parse(text)
@@ -100,20 +103,40 @@ def test_the_tailer_accounts_for_every_line_of_any_bytes(tmp_path_factory, lines
     assert t._safe == (len(data), len(lines))  # and the offset that would be saved is past all of them
 
 
-OOM_WORDS = ("outofmemory", "out of memory", "alloc_failed", "memoryallocation", "no available memory",
-             "to serve at least one request", "stored in kv cache", "free memory on device")
-PREFIXES = ("", "(EngineCore_DP0 pid=7) ", "(APIServer pid=1) INFO 08-16 12:00:01 [api_server.py:1] ",
-            "ERROR 08-16 12:00:01 [core.py:396] ", "(Worker_TP3 pid=90) ERROR 08-16 12:00:01 [x.py:1] ",
-            "WARNING 10-01 09:05:02 scheduler.py:1491] ", "2026-08-16T12:00:01.1Z stderr F ")
-REAL = ("Traceback (most recent call last):", '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 1, in execute_model',
-        "RuntimeError: CUDA error: an illegal memory access was encountered", "EngineCore failed to start.",
-        "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
-        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)", "Application startup complete.",
-        "Received request x: prompt: 'why does my GPU say CUDA out of memory?'")
+OOM_WORDS = (
+    "outofmemory",
+    "out of memory",
+    "alloc_failed",
+    "memoryallocation",
+    "no available memory",
+    "to serve at least one request",
+    "stored in kv cache",
+    "free memory on device",
+)
+PREFIXES = (
+    "",
+    "(EngineCore_DP0 pid=7) ",
+    "(APIServer pid=1) INFO 08-16 12:00:01 [api_server.py:1] ",
+    "ERROR 08-16 12:00:01 [core.py:396] ",
+    "(Worker_TP3 pid=90) ERROR 08-16 12:00:01 [x.py:1] ",
+    "WARNING 10-01 09:05:02 scheduler.py:1491] ",
+    "2026-08-16T12:00:01.1Z stderr F ",
+)
+REAL = (
+    "Traceback (most recent call last):",
+    '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 1, in execute_model',
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "EngineCore failed to start.",
+    "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)",
+    "Application startup complete.",
+    "Received request x: prompt: 'why does my GPU say CUDA out of memory?'",
+)
 
 
-@given(st.lists(st.tuples(st.sampled_from(PREFIXES), st.one_of(st.sampled_from(REAL), st.text(max_size=120))),
-                max_size=40))
+@given(
+    st.lists(st.tuples(st.sampled_from(PREFIXES), st.one_of(st.sampled_from(REAL), st.text(max_size=120))), max_size=40)
+)
 def test_no_oom_is_ever_reported_for_text_that_has_none(lines):
     a = LogAnalyzer()
     for i, (prefix, body) in enumerate(lines, 1):

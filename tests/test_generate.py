@@ -22,19 +22,28 @@ DEFAULT = Thresholds()
 
 
 def test_committed_outputs_match_a_fresh_generate():
-    stale = [rel for rel, content in outputs(DEFAULT).items()
-             if not (ROOT / rel).exists() or (ROOT / rel).read_text(encoding="utf-8") != content]
+    stale = [
+        rel
+        for rel, content in outputs(DEFAULT).items()
+        if not (ROOT / rel).exists() or (ROOT / rel).read_text(encoding="utf-8") != content
+    ]
     assert not stale, f"run `vllm-headroom generate` and commit: stale {stale}"
     generated = set(outputs(DEFAULT))
-    on_disk = {str(p.relative_to(ROOT)) for d in ("alerts", "dashboards", "docs/runbooks")
-               for p in (ROOT / d).rglob("*") if p.is_file()}
+    on_disk = {
+        str(p.relative_to(ROOT))
+        for d in ("alerts", "dashboards", "docs/runbooks")
+        for p in (ROOT / d).rglob("*")
+        if p.is_file()
+    }
     assert on_disk <= generated, f"files no generate writes: {sorted(on_disk - generated)}"
 
 
 def test_promtool_checks_the_rules():
     promtool = need("promtool")
-    files = [str(ROOT / "alerts" / n) for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml",
-                                                 "vllm-headroom.weekly.yaml")]
+    files = [
+        str(ROOT / "alerts" / n)
+        for n in ("vllm-headroom.rules.yaml", "vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml")
+    ]
     r = subprocess.run([promtool, "check", "rules", *files], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -64,8 +73,10 @@ def test_promtool_reads_the_shipped_alert_rules(tmp_path):
         for rule in group["rules"]:
             assert rule.pop("annotations")["runbook_url"].startswith("https://")
     assert under_test == shipped
-    assert yaml.safe_load((ROOT / "alerts" / "tests" / "alerts.test.yaml").read_text())["rule_files"][0] == \
-        "alerts.rules-without-annotations.yaml"
+    assert (
+        yaml.safe_load((ROOT / "alerts" / "tests" / "alerts.test.yaml").read_text())["rule_files"][0]
+        == "alerts.rules-without-annotations.yaml"
+    )
 
 
 @pytest.mark.parametrize("name", ["alerts.test.yaml", "recording.test.yaml", "weekly.test.yaml"])
@@ -83,8 +94,9 @@ def test_promtool_tests_can_fail(tmp_path):
     bent = shipped.replace(f">= {DEFAULT.kv_queue_page_requests:g}\n", f"> {DEFAULT.kv_queue_page_requests:g}\n")
     assert bent != shipped
     tests = _rules_under_test(tmp_path / "alerts", bent)
-    r = subprocess.run([promtool, "test", "rules", "alerts.test.yaml"], cwd=tests, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [promtool, "test", "rules", "alerts.test.yaml"], cwd=tests, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode != 0
     assert "VllmRequestsQueueingKVCacheFull: exactly the page level on average fires" in r.stdout + r.stderr
 
@@ -103,8 +115,14 @@ def test_every_alert_is_complete():
     for spec in alert_specs(DEFAULT):
         assert any(c.fires for c in spec.cases) and any(not c.fires for c in spec.cases), spec.name
     pages = {r["alert"] for r in rules if r["labels"]["routing"] == "page"}
-    assert {"VllmRuntimeOOM", "VllmRequestsQueueingKVCacheFull", "VllmGPUMemoryHeadroomCritical",
-            "VllmTargetDown", "VllmHeadroomExporterDown", "VllmHeadroomExporterAbsent"} == pages
+    assert {
+        "VllmRuntimeOOM",
+        "VllmRequestsQueueingKVCacheFull",
+        "VllmGPUMemoryHeadroomCritical",
+        "VllmTargetDown",
+        "VllmHeadroomExporterDown",
+        "VllmHeadroomExporterAbsent",
+    } == pages
     assert "VllmLoadingStageOOM" not in pages  # a loading-stage OOM must not page as a runtime OOM
 
 
@@ -136,7 +154,9 @@ def test_thresholds_feed_rules_tests_and_dashboards_alike(tmp_path):
 
 def test_bad_thresholds_are_refused(tmp_path):
     path = tmp_path / "t.yaml"
-    path.write_text("kv_queue_page_requets: 2\nkv_full_ratio: 1.5\nkv_queue_for: soon\nrunbook_base_url: docs/runbooks\n")
+    path.write_text(
+        "kv_queue_page_requets: 2\nkv_full_ratio: 1.5\nkv_queue_for: soon\nrunbook_base_url: docs/runbooks\n"
+    )
     with pytest.raises(ConfigError) as err:
         load_thresholds(str(path))
     text = str(err.value)
@@ -146,8 +166,16 @@ def test_bad_thresholds_are_refused(tmp_path):
 
 
 def _substitute(expr: str) -> str:
-    return (expr.replace('"$server"', '"prefill-0"').replace("$__rate_interval", "1m")
-            .replace("$job", ".*").replace("$cluster", ".*").replace("$role", ".*").replace("$instance", ".*").replace("$server", ".*").replace("$model", ".*"))
+    return (
+        expr.replace('"$server"', '"prefill-0"')
+        .replace("$__rate_interval", "1m")
+        .replace("$job", ".*")
+        .replace("$cluster", ".*")
+        .replace("$role", ".*")
+        .replace("$instance", ".*")
+        .replace("$server", ".*")
+        .replace("$model", ".*")
+    )
 
 
 def test_dashboards_lint():

@@ -100,14 +100,29 @@ def test_amdsmi_adapter_with_a_fake_module():
     class Smi:
         AmdSmiMemoryType = types.SimpleNamespace(VRAM="VRAM")
 
-        def amdsmi_init(self): pass
-        def amdsmi_shut_down(self): pass
-        def amdsmi_get_processor_handles(self): return ["h0", "h1"]
-        def amdsmi_get_gpu_asic_info(self, h): return {"market_name": "AMD Instinct MI355X"}
-        def amdsmi_get_gpu_device_uuid(self, h): return f"uuid-{h}"
-        def amdsmi_get_gpu_memory_total(self, h, t): return 288 * 1024**3
-        def amdsmi_get_gpu_memory_usage(self, h, t): return "N/A" if h == "h1" else 100 * 1024**3
-        def amdsmi_get_gpu_driver_info(self, h): return {"driver_version": "6.12.12"}
+        def amdsmi_init(self):
+            pass
+
+        def amdsmi_shut_down(self):
+            pass
+
+        def amdsmi_get_processor_handles(self):
+            return ["h0", "h1"]
+
+        def amdsmi_get_gpu_asic_info(self, h):
+            return {"market_name": "AMD Instinct MI355X"}
+
+        def amdsmi_get_gpu_device_uuid(self, h):
+            return f"uuid-{h}"
+
+        def amdsmi_get_gpu_memory_total(self, h, t):
+            return 288 * 1024**3
+
+        def amdsmi_get_gpu_memory_usage(self, h, t):
+            return "N/A" if h == "h1" else 100 * 1024**3
+
+        def amdsmi_get_gpu_driver_info(self, h):
+            return {"driver_version": "6.12.12"}
 
     b = AmdSmiBackend(Smi())
     assert [d.model for d in b.devices()] == ["AMD Instinct MI355X"] * 2

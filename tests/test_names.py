@@ -24,16 +24,22 @@ def test_canonical_names():
 
 def test_old_and_new_payloads_normalize_to_the_same_series():
     old, new = series(True), series(False)
-    for name in ("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-                 "vllm:inter_token_latency_seconds_bucket"):
+    for name in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:inter_token_latency_seconds_bucket",
+    ):
         assert sorted((s.labels, s.value) for s in old[name]) == sorted((s.labels, s.value) for s in new[name])
     assert not any(n.startswith("vllm:gpu_") for n in old)
 
 
 def test_transition_release_with_both_names_keeps_the_new_only():
-    text = ('vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.9\n'
-            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n'
-            'vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 100\n')
+    text = (
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.9\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n'
+        'vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 100\n'
+    )
     out = normalize(parse(text).samples)
     assert [s.value for s in out["vllm:kv_cache_usage_perc"]] == [0.4]
     assert [s.value for s in out["vllm:prefix_cache_hits_total"]] == [100]

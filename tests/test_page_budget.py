@@ -60,8 +60,16 @@ def week(tmp_path_factory):
     prom = start_prometheus(d, "global: {scrape_interval: 1m}\n")
     rules = yaml.safe_load((ROOT / "alerts" / "vllm-headroom.rules.yaml").read_text())["groups"][0]["rules"]
     episodes = [e for rule in rules for e in _episodes(prom, rule, start, end)]
-    yield {"prom": prom, "start": start, "end": end, "servers": servers, "week": w, "episodes": episodes,
-           "rules": {r["alert"]: r for r in rules}, "dir": d}
+    yield {
+        "prom": prom,
+        "start": start,
+        "end": end,
+        "servers": servers,
+        "week": w,
+        "episodes": episodes,
+        "rules": {r["alert"]: r for r in rules},
+        "dir": d,
+    }
     prom.proc.terminate()
     prom.proc.wait(10)
 
@@ -78,8 +86,14 @@ def _episodes(prom, rule: dict[str, Any], start: int, end: int) -> list[dict[str
                 run.append(m)
                 continue
             if run and run[-1] - run[0] >= hold:  # held for `for:` -> fired
-                out.append({"alert": rule["alert"], "labels": {**series["metric"], **rule["labels"]},
-                            "fired_at": run[0] + hold, "until": run[-1]})
+                out.append(
+                    {
+                        "alert": rule["alert"],
+                        "labels": {**series["metric"], **rule["labels"]},
+                        "fired_at": run[0] + hold,
+                        "until": run[-1],
+                    }
+                )
             run = [m] if m is not None else []
     return out
 
@@ -109,8 +123,12 @@ def test_the_replay_speaks_the_exporters_series(week):
     d = week["dir"]
     log = d / "one.log"
     VllmLogWriter(str(log)).healthy_startup()
-    daemon = Daemon(parse_config({"servers": [{"name": "s", "log": str(log)}], "state_dir": str(d / "state"),
-                                  "gpu": {"backend": "none"}}, "shape"))
+    daemon = Daemon(
+        parse_config(
+            {"servers": [{"name": "s", "log": str(log)}], "state_dir": str(d / "state"), "gpu": {"backend": "none"}},
+            "shape",
+        )
+    )
     daemon.gpu = GpuSampler(FakeGpuBackend(1), 1.0)
     daemon.gpu.sample_once()
     vllm = VllmMetrics(engines=2, waiting_by_reason=True)
@@ -121,8 +139,9 @@ def test_the_replay_speaks_the_exporters_series(week):
     st.tailer.poll()
     from prometheus_client.exposition import generate_latest
 
-    exported = {(s.name, frozenset(k for k, _ in s.labels)) for s in parse(generate_latest(daemon.registry).decode())
-                .samples}
+    exported = {
+        (s.name, frozenset(k for k, _ in s.labels)) for s in parse(generate_latest(daemon.registry).decode()).samples
+    }
     names = {n for n, _ in exported}
     replay = set(week["week"].series_names()) - {("up", frozenset())}  # `up` is Prometheus' own
     assert replay, "the replay wrote no series"
@@ -144,8 +163,11 @@ def test_each_incident_raises_exactly_one_alert_of_the_right_kind(week):
             continue
         mine = [e for e in week["episodes"] if s.name in _who(e, week["servers"])]
         got = Counter(e["alert"] for e in mine)
-        assert got == Counter(s.incident.alerts), (s.name, s.incident.kind, [
-            (e["alert"], e["fired_at"], e["until"]) for e in mine])
+        assert got == Counter(s.incident.alerts), (
+            s.name,
+            s.incident.kind,
+            [(e["alert"], e["fired_at"], e["until"]) for e in mine],
+        )
         for e in mine:  # fired after the incident began, with its rule's severity and runbook
             assert e["fired_at"] >= s.incident.at_min, (s.name, e)
             rule = rules[e["alert"]]
@@ -153,13 +175,15 @@ def test_each_incident_raises_exactly_one_alert_of_the_right_kind(week):
             assert rule["annotations"]["runbook_url"].endswith(f"/{e['alert']}.md")
             assert (ROOT / "docs" / "runbooks" / f"{e['alert']}.md").exists()
     pages = [e for e in week["episodes"] if e["labels"]["routing"] == "page"]
-    assert len(pages) == sum(1 for s in week["servers"] for a in s.incident.alerts
-                             if rules[a]["labels"]["routing"] == "page")
+    assert len(pages) == sum(
+        1 for s in week["servers"] for a in s.incident.alerts if rules[a]["labels"]["routing"] == "page"
+    )
 
 
 def test_the_weekly_verdict_is_the_guides(week):
-    result = week["prom"].get("/api/v1/query", query="server:vllm_headroom_capacity_verdict:7d",
-                              time=str(week["end"]))["data"]["result"]
+    result = week["prom"].get("/api/v1/query", query="server:vllm_headroom_capacity_verdict:7d", time=str(week["end"]))[
+        "data"
+    ]["result"]
     got = {r["metric"]["server"]: (r["metric"]["verdict"], r["metric"]["reason"]) for r in result}
     want = {s.name: s.incident.verdict for s in week["servers"]}
     assert got == want
@@ -194,13 +218,21 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
     shipped["route"].update(group_wait="1s", group_interval="1s", repeat_interval="24h")
     for sub in shipped["route"].get("routes", []):
         sub.pop("repeat_interval", None)
-    page_receiver = next(sub["receiver"] for sub in shipped["route"]["routes"]
-                         if sub["matchers"] == ['routing="page"'])
+    page_receiver = next(sub["receiver"] for sub in shipped["route"]["routes"] if sub["matchers"] == ['routing="page"'])
     assert page_receiver in receivers
     (tmp_path / "am.yml").write_text(yaml.safe_dump(shipped))
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "am.log", "wb"))
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'am.yml'}",
+            f"--storage.path={tmp_path / 'am'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "am.log", "wb"),
+    )
     try:
         wait_ready(f"http://127.0.0.1:{port}", proc, tmp_path / "am.log")
         _Hook.received = []
@@ -209,8 +241,9 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
         for e in sorted(pages, key=lambda e: e["fired_at"]):
             labels = {"alertname": e["alert"], **{k: v for k, v in e["labels"].items() if k != "__name__"}}
             body = json.dumps([{"labels": labels}]).encode()
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", body,
-                                         {"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v2/alerts", body, {"Content-Type": "application/json"}
+            )
             urllib.request.urlopen(req, timeout=10).close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and sum(len(b["alerts"]) for b in _Hook.received) < len(pages):
@@ -218,8 +251,11 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
         time.sleep(2)  # a second notification for the same incident would come within a group_interval
         paged = [a for b in _Hook.received if b["receiver"] == page_receiver for a in b["alerts"]]
         assert all(b["receiver"] == page_receiver for b in _Hook.received)  # no page lands in the ticket queue
-        assert len(paged) == len(pages) == len({(a["labels"]["alertname"], a["labels"].get("server"),
-                                                  a["labels"].get("instance")) for a in paged})
+        assert (
+            len(paged)
+            == len(pages)
+            == len({(a["labels"]["alertname"], a["labels"].get("server"), a["labels"].get("instance")) for a in paged})
+        )
     finally:
         proc.terminate()
         proc.wait(10)

@@ -10,8 +10,26 @@ from hypothesis import strategies as st
 from exporter.logs import patterns as P
 from exporter.logs.prefilter import GATE_FROM_CHARS, LiteralGate, required_literals
 
-WORDS = ["out of memory", "OutOfMemoryError", "KV cache", "Engine", "took", "takes", "version", "preempted",
-         "SchedulerOutput(", "torch.compile", "apturing", "nccl", "GPU 0: ", "plain", "words", "0.3 s", "ta", "ok"]
+WORDS = [
+    "out of memory",
+    "OutOfMemoryError",
+    "KV cache",
+    "Engine",
+    "took",
+    "takes",
+    "version",
+    "preempted",
+    "SchedulerOutput(",
+    "torch.compile",
+    "apturing",
+    "nccl",
+    "GPU 0: ",
+    "plain",
+    "words",
+    "0.3 s",
+    "ta",
+    "ok",
+]
 
 
 def test_every_alternative_of_the_hint_regex_has_a_literal():
@@ -22,7 +40,10 @@ def test_every_alternative_of_the_hint_regex_has_a_literal():
 
 def test_required_literals():
     assert required_literals(re.compile(r"out of memory|OutOfMemory(?:Error)?|nccl\w+")) == (
-        "OutOfMemory", "nccl", "out of memory")
+        "OutOfMemory",
+        "nccl",
+        "out of memory",
+    )
     assert required_literals(re.compile(r"ab|xyz")) is None  # too short to be worth looking for
     assert required_literals(re.compile(r"(?i)memory")) is None
 

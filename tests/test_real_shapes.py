@@ -16,8 +16,10 @@ from exporter.logs.formats import LogLine
 from exporter.logs.stages import LogAnalyzer
 from exporter.triage import triage_stream
 
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-       "79.19 GiB of which 1.06 GiB is free.")
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.19 GiB of which 1.06 GiB is free."
+)
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 
@@ -36,22 +38,47 @@ def traceback(funcs: list[tuple[str, str]], last: str = OOM, prefix: str = "") -
     return lines + [f"{prefix}{last}"]
 
 
-LOAD = [("vllm/v1/engine/core.py", "__init__"), ("vllm/v1/worker/gpu_worker.py", "load_model"),
-        ("vllm/model_executor/model_loader/base_loader.py", "load_model"),
-        ("vllm/model_executor/models/llama.py", "load_weights"), ("torch/nn/modules/module.py", "to")]
-PROFILE = [("vllm/v1/engine/core.py", "_initialize_kv_caches"), ("vllm/v1/worker/gpu_worker.py",
-           "determine_available_memory"), ("vllm/v1/worker/gpu_model_runner.py", "profile_run"),
-           ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run"), ("torch/nn/modules/module.py", "_call_impl")]
-CAPTURE = [("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
-           ("vllm/v1/worker/gpu_model_runner.py", "capture_model"), ("torch/cuda/graphs.py", "__exit__")]
-SAMPLER_WARMUP = [("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
-                  ("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"), ("vllm/v1/sample/sampler.py", "forward")]
-V0_PROFILE = [("vllm/worker/worker.py", "determine_num_available_blocks"), ("vllm/worker/model_runner.py", "profile_run"),
-              ("vllm/worker/model_runner.py", "execute_model"), ("vllm/model_executor/models/qwen2.py", "forward")]
-SERVING = [("vllm/v1/engine/core.py", "run_busy_loop"), ("vllm/v1/engine/core.py", "step"),
-           ("vllm/v1/executor/abstract.py", "execute_model"), ("vllm/v1/worker/gpu_model_runner.py", "execute_model")]
-MODEL_INIT = [("vllm/model_executor/model_loader/utils.py", "initialize_model"),
-              ("vllm/model_executor/models/deepseek_v2.py", "__init__"), ("torch/utils/_device.py", "__torch_function__")]
+LOAD = [
+    ("vllm/v1/engine/core.py", "__init__"),
+    ("vllm/v1/worker/gpu_worker.py", "load_model"),
+    ("vllm/model_executor/model_loader/base_loader.py", "load_model"),
+    ("vllm/model_executor/models/llama.py", "load_weights"),
+    ("torch/nn/modules/module.py", "to"),
+]
+PROFILE = [
+    ("vllm/v1/engine/core.py", "_initialize_kv_caches"),
+    ("vllm/v1/worker/gpu_worker.py", "determine_available_memory"),
+    ("vllm/v1/worker/gpu_model_runner.py", "profile_run"),
+    ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run"),
+    ("torch/nn/modules/module.py", "_call_impl"),
+]
+CAPTURE = [
+    ("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
+    ("vllm/v1/worker/gpu_model_runner.py", "capture_model"),
+    ("torch/cuda/graphs.py", "__exit__"),
+]
+SAMPLER_WARMUP = [
+    ("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model"),
+    ("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"),
+    ("vllm/v1/sample/sampler.py", "forward"),
+]
+V0_PROFILE = [
+    ("vllm/worker/worker.py", "determine_num_available_blocks"),
+    ("vllm/worker/model_runner.py", "profile_run"),
+    ("vllm/worker/model_runner.py", "execute_model"),
+    ("vllm/model_executor/models/qwen2.py", "forward"),
+]
+SERVING = [
+    ("vllm/v1/engine/core.py", "run_busy_loop"),
+    ("vllm/v1/engine/core.py", "step"),
+    ("vllm/v1/executor/abstract.py", "execute_model"),
+    ("vllm/v1/worker/gpu_model_runner.py", "execute_model"),
+]
+MODEL_INIT = [
+    ("vllm/model_executor/model_loader/utils.py", "initialize_model"),
+    ("vllm/model_executor/models/deepseek_v2.py", "__init__"),
+    ("torch/utils/_device.py", "__torch_function__"),
+]
 
 
 def stage_of(lines: list[str]) -> tuple[str | None, str | None]:
@@ -71,8 +98,14 @@ def test_a_traceback_fragment_names_its_stage_by_its_frames():
 
 
 def test_stage_frames_under_launcher_prefixes():
-    for prefix in ("[rank0]: ", "(RayWorkerWrapper pid=4242, ip=10.0.0.2) ", "vllm-1  | ",
-                   "(APIServer pid=1) (EngineCore_DP0 pid=77) ", "2026-01-02T03:04:05.678Z ", "> "):
+    for prefix in (
+        "[rank0]: ",
+        "(RayWorkerWrapper pid=4242, ip=10.0.0.2) ",
+        "vllm-1  | ",
+        "(APIServer pid=1) (EngineCore_DP0 pid=77) ",
+        "2026-01-02T03:04:05.678Z ",
+        "> ",
+    ):
         assert stage_of(traceback(CAPTURE, prefix=prefix)) == ("graph_capture", "frame"), prefix
 
 
@@ -113,8 +146,10 @@ def test_engine_dead_error_quoted_by_another_program_is_not_a_crash():
 
 
 def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure():
-    lines = ["(EngineCore_DP0 pid=7) INFO 08-16 12:00:01 [gpu_worker.py:1] Available KV cache memory: -3.21 GiB",
-             "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] EngineCore failed to start."]
+    lines = [
+        "(EngineCore_DP0 pid=7) INFO 08-16 12:00:01 [gpu_worker.py:1] Available KV cache memory: -3.21 GiB",
+        "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] EngineCore failed to start.",
+    ]
     a = feed(lines)
     assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.cause) == ("kv_cache_alloc", "kv_cache_negative")
     assert a.first_oom.line == 1
@@ -124,10 +159,12 @@ def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure
 
 
 def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():
-    lines = ["INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m...",
-             "WARNING 08-16 12:00:30 [autotuner.py:1] [Autotuner]: Skipping tactic 3 due to failure: CUDA out of "
-             "memory. Tried to allocate 8.00 GiB",
-             "INFO 08-16 12:01:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000"]
+    lines = [
+        "INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m...",
+        "WARNING 08-16 12:00:30 [autotuner.py:1] [Autotuner]: Skipping tactic 3 due to failure: CUDA out of "
+        "memory. Tried to allocate 8.00 GiB",
+        "INFO 08-16 12:01:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ]
     a = feed(lines)
     assert a.first_oom is None and a.counts["oom"] == 0
     assert [ev.line for ev in a.recovered] == [2]
@@ -166,8 +203,9 @@ def test_a_number_too_long_for_python_costs_one_line_not_the_log():
 
 
 def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter.cli", "triage", *args], input=stdin, capture_output=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "triage", *args], input=stdin, capture_output=True, timeout=120
+    )
 
 
 def test_gzip_logs_are_read_and_binary_input_is_refused(tmp_path):
@@ -204,8 +242,10 @@ def test_loading_advice_names_what_the_log_states_and_nothing_else():
 
 def test_a_failure_logged_above_its_traceback_takes_the_traceback_stage():
     """`logger.exception` prints the message first and the traceback after it."""
-    message = ("(VllmWorkerProcess pid=214) ERROR 09-27 05:20:38 [multiproc_worker_utils.py:233] Exception in worker: "
-               "CUDA out of memory. Tried to allocate 19.63 GiB.")
+    message = (
+        "(VllmWorkerProcess pid=214) ERROR 09-27 05:20:38 [multiproc_worker_utils.py:233] Exception in worker: "
+        "CUDA out of memory. Tried to allocate 19.63 GiB."
+    )
     a = feed([message] + traceback(PROFILE, last="torch.OutOfMemoryError: CUDA out of memory."))
     assert (a.first_oom.stage, a.first_oom.line) == ("kv_cache_alloc", 1) and a.counts["oom"] == 1
     # an excerpt that stops inside the traceback, before its last line: the frames so far decide
@@ -220,12 +260,16 @@ def test_a_failure_logged_above_its_traceback_takes_the_traceback_stage():
 
 
 def test_an_error_answer_to_a_request_means_the_engine_was_serving():
-    lines = ['INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
-             "ERROR 04-06 00:44:23 [engine.py:160] OutOfMemoryError('CUDA out of memory. Tried to allocate 6.33 GiB')"]
+    lines = [
+        'INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
+        "ERROR 04-06 00:44:23 [engine.py:160] OutOfMemoryError('CUDA out of memory. Tried to allocate 6.33 GiB')",
+    ]
     a = feed(lines)
     assert (a.first_oom.stage, a.first_oom.ready_before) == ("runtime_unknown", True)
-    relayed = ("ERROR 03-19 10:55:18 [serving_chat.py:677] MQEngineDeadError: Engine loop is not running. "
-               "Inspect the stacktrace to find the original error: OutOfMemoryError('CUDA out of memory.')")
+    relayed = (
+        "ERROR 03-19 10:55:18 [serving_chat.py:677] MQEngineDeadError: Engine loop is not running. "
+        "Inspect the stacktrace to find the original error: OutOfMemoryError('CUDA out of memory.')"
+    )
     a = feed([relayed])
     assert a.first_oom.phase == "runtime" and a.first_oom.ready_before
 
@@ -236,24 +280,34 @@ def test_the_words_of_a_relayed_failure_name_its_step():
 
 
 def test_colour_codes_pasted_as_text_are_peeled():
-    line = "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]:   File \"x/vllm/v1/worker/gpu_model_runner.py\", line 9, in capture_model"
-    a = feed(["[1;36m(VllmWorker TP0 pid=90)[0;0m Traceback (most recent call last):", line,
-              "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]: " + OOM])
+    line = '^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]:   File "x/vllm/v1/worker/gpu_model_runner.py", line 9, in capture_model'
+    a = feed(
+        [
+            "[1;36m(VllmWorker TP0 pid=90)[0;0m Traceback (most recent call last):",
+            line,
+            "^[[1;36m(VllmWorker TP0 pid=90)^[[0;0m [rank0]: " + OOM,
+        ]
+    )
     assert a.first_oom.stage == "graph_capture"
 
 
 def test_the_scheduler_dump_in_its_real_shapes_names_the_step():
     ready = ["INFO:     Application startup complete."]
-    new = ("[dump_input.py:76] Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=["
-           "NewRequestData(req_id=chatcmpl-1,prompt_token_ids_len=2824,mm_features=[])], num_scheduled_tokens="
-           "{chatcmpl-1: 2824}, total_num_scheduled_tokens=2824)")
-    cached = ("(EngineCore pid=176) ERROR 04-23 21:09:12 [dump_input.py:79] Dumping scheduler output for model "
-              "execution: SchedulerOutput(scheduled_new_reqs=[], scheduled_cached_reqs=CachedRequestData(req_ids=["
-              "'chatcmpl-a'],num_computed_tokens=[29622],num_output_tokens=[2]), num_scheduled_tokens={chatcmpl-a: 1}, "
-              "total_num_scheduled_tokens=1)")
+    new = (
+        "[dump_input.py:76] Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=["
+        "NewRequestData(req_id=chatcmpl-1,prompt_token_ids_len=2824,mm_features=[])], num_scheduled_tokens="
+        "{chatcmpl-1: 2824}, total_num_scheduled_tokens=2824)"
+    )
+    cached = (
+        "(EngineCore pid=176) ERROR 04-23 21:09:12 [dump_input.py:79] Dumping scheduler output for model "
+        "execution: SchedulerOutput(scheduled_new_reqs=[], scheduled_cached_reqs=CachedRequestData(req_ids=["
+        "'chatcmpl-a'],num_computed_tokens=[29622],num_output_tokens=[2]), num_scheduled_tokens={chatcmpl-a: 1}, "
+        "total_num_scheduled_tokens=1)"
+    )
     assert stage_of(ready + [new] + traceback(SERVING)) == ("prefill", "scheduler_dump")
-    assert stage_of(ready + [cached] + traceback(SERVING, prefix="(EngineCore pid=176) ERROR 04-23 21:09:12 "
-                                                                   "[core.py:1] ")) == ("decode", "scheduler_dump")
+    assert stage_of(
+        ready + [cached] + traceback(SERVING, prefix="(EngineCore pid=176) ERROR 04-23 21:09:12 [core.py:1] ")
+    ) == ("decode", "scheduler_dump")
 
 
 def test_a_startup_failure_the_markers_only_place_roughly_waits_for_its_traceback():
@@ -278,8 +332,10 @@ def test_an_undecided_failure_survives_a_restart_of_the_daemon():
 
 def test_the_per_rank_step_map_stays_bounded():
     a = LogAnalyzer()
-    dump = ("(EngineCore_DP{n} pid=9) ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model "
-            "execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{a: 1}})")
+    dump = (
+        "(EngineCore_DP{n} pid=9) ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model "
+        "execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{a: 1}})"
+    )
     for n in range(20_000):
         a.feed(LogLine(n + 1, dump.format(n=n)))
     assert len(a._last_step) <= 300
@@ -294,18 +350,29 @@ def test_a_log_that_starts_with_copytruncates_hole_is_still_a_log(tmp_path):
 
 # -- categories fixed on the full real corpus (the first held-out set, now tuned on) ---------------------------------
 
+
 def test_the_sleep_mode_allocators_own_error_is_a_memory_failure_of_a_running_engine():
     """vLLM's csrc/cumem_allocator.cpp formats CUresult errors as `CUDA Error: %s at %s:%d` (cuGetErrorString:
     "out of memory"); it is raised from CuMemAllocator.wake_up, which only runs for an engine that slept."""
-    wake = [("vllm/entrypoints/llm.py", "wake_up"), ("vllm/device_allocator/cumem.py", "wake_up"),
-            ("vllm/device_allocator/cumem.py", "create_and_map")]
+    wake = [
+        ("vllm/entrypoints/llm.py", "wake_up"),
+        ("vllm/device_allocator/cumem.py", "wake_up"),
+        ("vllm/device_allocator/cumem.py", "create_and_map"),
+    ]
     prefix = "(ActorModelRayActor pid=348952) "
-    a = feed(traceback(wake, last="RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
-                       prefix=prefix))
+    a = feed(
+        traceback(
+            wake,
+            last="RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+            prefix=prefix,
+        )
+    )
     assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.phase) == ("runtime_unknown", "runtime")
     # the allocator's own stderr line, relayed by Ray, is the same failure
-    relayed = ("(LLMRayActor pid=1) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x "
-               "across cluster]")
+    relayed = (
+        "(LLMRayActor pid=1) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x "
+        "across cluster]"
+    )
     a = feed([relayed])
     a.flush()
     assert a.counts["oom"] == 1
@@ -325,7 +392,10 @@ def test_a_last_line_cut_mid_message_still_counts_and_a_cut_line_followed_by_mor
 def test_the_sampler_frame_alone_is_the_warm_up_as_the_sampler_message_is():
     """_dummy_sampler_run raises "... when warming up sampler"; since vLLM PR #13776 the worker calls it after the
     KV cache is allocated (compile_or_warm_up_model), outside the memory budget: the frame alone says warm-up."""
-    sampler_only = [("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"), ("vllm/v1/sample/sampler.py", "forward")]
+    sampler_only = [
+        ("vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run"),
+        ("vllm/v1/sample/sampler.py", "forward"),
+    ]
     assert stage_of(traceback(sampler_only)) == ("warmup", "frame")
     # under memory profiling it is profiling
     assert stage_of(traceback(PROFILE + sampler_only))[0] == "kv_cache_alloc"
@@ -349,18 +419,25 @@ def test_the_engine_cores_own_words_say_whether_it_had_started():
 
 def test_ipython_and_jupyter_tracebacks_have_frames_too():
     """IPython prints `File <path>:<line>, in <Class>.<func>(<args>)`; Jupyter pastes the path as a link."""
-    lines = [("File [~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:49](http://host:8888/lab/tree/"
-              "vllm/worker/cache_engine.py#line=48), in CacheEngine.__init__(self, cache_config, model_config)"),
-             "---> 49 self.gpu_cache = self._allocate_kv_cache(self.num_gpu_blocks, \"cuda\")",
-             ("File ~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:64, in "
-              "CacheEngine._allocate_kv_cache(self, num_blocks, device)"),
-             "OutOfMemoryError: CUDA out of memory. Tried to allocate 642.00 MiB. GPU"]
+    lines = [
+        (
+            "File [~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:49](http://host:8888/lab/tree/"
+            "vllm/worker/cache_engine.py#line=48), in CacheEngine.__init__(self, cache_config, model_config)"
+        ),
+        '---> 49 self.gpu_cache = self._allocate_kv_cache(self.num_gpu_blocks, "cuda")',
+        (
+            "File ~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:64, in "
+            "CacheEngine._allocate_kv_cache(self, num_blocks, device)"
+        ),
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 642.00 MiB. GPU",
+    ]
     assert stage_of(lines) == ("kv_cache_alloc", "frame")
 
 
 def test_a_traceback_whose_newlines_were_lost_is_read_frame_by_frame():
-    flat = "c out = self.step( ^^^^ " + " ".join(f'File "{SITE}/{path}", line 42, in {func} x = y() ^^^^'
-                                               for path, func in PROFILE)
+    flat = "c out = self.step( ^^^^ " + " ".join(
+        f'File "{SITE}/{path}", line 42, in {func} x = y() ^^^^' for path, func in PROFILE
+    )
     assert stage_of([flat, OOM]) == ("kv_cache_alloc", "frame")
 
 
@@ -371,8 +448,10 @@ def test_frames_that_exist_only_while_serving_a_prompt_say_prefill():
         frames = [("torch/nn/modules/module.py", "_call_impl"), ("vllm/v1/attention/backends/x.py", func)]
         assert stage_of(traceback(frames)) == ("prefill", "frame"), func
     # the same frames under memory profiling are profiling
-    assert stage_of(traceback(PROFILE + [("vllm/v1/attention/backends/mla/common.py", "_forward_prefill")]))[0] == \
-        "kv_cache_alloc"
+    assert (
+        stage_of(traceback(PROFILE + [("vllm/v1/attention/backends/mla/common.py", "_forward_prefill")]))[0]
+        == "kv_cache_alloc"
+    )
 
 
 def test_decode_is_read_from_the_scheduler_dump_of_a_decode_only_step():
@@ -380,11 +459,14 @@ def test_decode_is_read_from_the_scheduler_dump_of_a_decode_only_step():
     dicts as `{k: v}`): no new request and one token per cached request is a decode step."""
     ready = ["INFO:     Application startup complete."]
     head = "(EngineCore_DP0 pid=9) ERROR 08-16 12:00:06 [dump_input.py:79] "
-    decode = (head + "SchedulerOutput(scheduled_new_reqs=[],scheduled_cached_reqs=CachedRequestData(req_ids=['a', 'b'],"
-              "resumed_from_preemption=[false, false],new_token_ids=[],num_computed_tokens=[812, 90]),"
-              "num_scheduled_tokens={a: 1, b: 1},total_num_scheduled_tokens=2,scheduled_spec_decode_tokens={})")
-    spec = decode.replace("{a: 1, b: 1}", "{a: 4, b: 4}").replace("scheduled_spec_decode_tokens={}",
-                                                                 "scheduled_spec_decode_tokens={a: [5, 6, 7], b: [1, 2, 3]}")
+    decode = (
+        head + "SchedulerOutput(scheduled_new_reqs=[],scheduled_cached_reqs=CachedRequestData(req_ids=['a', 'b'],"
+        "resumed_from_preemption=[false, false],new_token_ids=[],num_computed_tokens=[812, 90]),"
+        "num_scheduled_tokens={a: 1, b: 1},total_num_scheduled_tokens=2,scheduled_spec_decode_tokens={})"
+    )
+    spec = decode.replace("{a: 1, b: 1}", "{a: 4, b: 4}").replace(
+        "scheduled_spec_decode_tokens={}", "scheduled_spec_decode_tokens={a: [5, 6, 7], b: [1, 2, 3]}"
+    )
     chunk = decode.replace("{a: 1, b: 1}", "{a: 2048, b: 1}")
     cut = decode.split("num_scheduled_tokens=")[0] + "num_scheduled_tokens={a: 1, b: "
     fail = traceback(SERVING, prefix=head.replace("dump_input.py:79", "core.py:1"))
@@ -393,9 +475,11 @@ def test_decode_is_read_from_the_scheduler_dump_of_a_decode_only_step():
     assert stage_of(ready + [chunk] + fail) == ("prefill", "scheduler_dump")
     assert stage_of(ready + [cut] + fail) == ("runtime_unknown", "readiness")  # cut before it says: not guessed
     # V0 dumped the model input: its attention metadata counts prefills and decode tokens
-    v0 = ("ERROR 03-01 10:00:00 dump_input.py:71] ModelInputForGPUWithSamplingMetadata(input_tokens=Tensor(shape="
-          "torch.Size([8]), device=cuda:0,dtype=torch.int64),attn_metadata=FlashAttentionMetadata(num_prefills=0,"
-          "num_prefill_tokens=0,num_decode_tokens=8,slot_mapping=Tensor(shape=torch.Size([8])),is_prompt=False)")
+    v0 = (
+        "ERROR 03-01 10:00:00 dump_input.py:71] ModelInputForGPUWithSamplingMetadata(input_tokens=Tensor(shape="
+        "torch.Size([8]), device=cuda:0,dtype=torch.int64),attn_metadata=FlashAttentionMetadata(num_prefills=0,"
+        "num_prefill_tokens=0,num_decode_tokens=8,slot_mapping=Tensor(shape=torch.Size([8])),is_prompt=False)"
+    )
     assert stage_of(ready + [v0] + fail) == ("decode", "scheduler_dump")
     assert stage_of(ready + [v0.replace("num_prefills=0", "num_prefills=2")] + fail) == ("prefill", "scheduler_dump")
 
@@ -404,20 +488,30 @@ def test_kernel_warm_up_frames_are_the_warm_up():
     """vllm/model_executor/warmup/kernel_warmup.py ("Warmup and tune the kernels"): kernel_warmup, deep_gemm_warmup,
     flashinfer_autotune; V0's worker._warm_up_model."""
     for func in ("kernel_warmup", "deep_gemm_warmup", "flashinfer_autotune"):
-        frames = [("vllm/model_executor/warmup/kernel_warmup.py", func), ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run")]
+        frames = [
+            ("vllm/model_executor/warmup/kernel_warmup.py", func),
+            ("vllm/v1/worker/gpu_model_runner.py", "_dummy_run"),
+        ]
         assert stage_of(traceback(frames)) == ("warmup", "frame"), func
-    assert stage_of(traceback([("vllm/worker/worker.py", "_warm_up_model"), ("torch/nn/modules/module.py", "_call_impl")]
-                              )) == ("warmup", "frame")
+    assert stage_of(
+        traceback([("vllm/worker/worker.py", "_warm_up_model"), ("torch/nn/modules/module.py", "_call_impl")])
+    ) == ("warmup", "frame")
 
 
 def test_the_model_being_built_layer_by_layer_or_loaded_parameter_by_parameter_is_weight_loading():
-    layer = [("vllm/model_executor/layers/vocab_parallel_embedding.py", "__init__"), ("torch/_refs/__init__.py", "empty")]
+    layer = [
+        ("vllm/model_executor/layers/vocab_parallel_embedding.py", "__init__"),
+        ("torch/_refs/__init__.py", "empty"),
+    ]
     assert stage_of(traceback(layer)) == ("weight_loading", "frame")
     loader = [("vllm/model_executor/layers/fused_moe/layer.py", "weight_loader"), ("torch/_tensor.py", "copy_")]
     assert stage_of(traceback(loader)) == ("weight_loading", "frame")
     offload = [("vllm/model_executor/models/utils.py", "maybe_offload_to_cpu")]
     assert stage_of(traceback(offload)) == ("weight_loading", "frame")
-    said = "(EngineCore_DP0 pid=1) ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: " + OOM
+    said = (
+        "(EngineCore_DP0 pid=1) ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: "
+        + OOM
+    )
     a = feed([said])
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("weight_loading", "message")
@@ -426,11 +520,14 @@ def test_the_model_being_built_layer_by_layer_or_loaded_parameter_by_parameter_i
 def test_the_source_line_under_a_frame_can_say_capture():
     """The failure hits in model code run inside `with torch.cuda.graph(...)`: no torch/cuda/graphs.py frame, but the
     line printed under vLLM's frame is the `with` (compilation/cuda_graph.py)."""
-    lines = ["Traceback (most recent call last):",
-             f'  File "{SITE}/vllm/compilation/cuda_graph.py", line 240, in __call__',
-             "    with torch.cuda.graph(cudagraph, pool=self.graph_pool, stream=current_stream()):",
-             f'  File "{SITE}/vllm/model_executor/models/llama.py", line 400, in forward',
-             "    hidden_states = self.norm(hidden_states)", OOM]
+    lines = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/compilation/cuda_graph.py", line 240, in __call__',
+        "    with torch.cuda.graph(cudagraph, pool=self.graph_pool, stream=current_stream()):",
+        f'  File "{SITE}/vllm/model_executor/models/llama.py", line 400, in forward',
+        "    hidden_states = self.norm(hidden_states)",
+        OOM,
+    ]
     assert stage_of(lines) == ("graph_capture", "frame")
     # the same frame replaying a captured graph while serving says nothing of capture
     replay = lines[:2] + ["    return entry.cudagraph.replay()"] + lines[3:]
@@ -465,7 +562,9 @@ def test_nccls_own_out_of_memory_is_a_memory_failure():
     a = feed([line])
     a.flush()
     assert a.counts["oom"] == 1
-    a = feed(["host:1:1 [0] enqueue.cc:267 NCCL WARN Cuda failure 'dependency created on uncaptured work in another stream'"])
+    a = feed(
+        ["host:1:1 [0] enqueue.cc:267 NCCL WARN Cuda failure 'dependency created on uncaptured work in another stream'"]
+    )
     a.flush()
     assert a.counts["oom"] == 0
 
@@ -473,9 +572,11 @@ def test_nccls_own_out_of_memory_is_a_memory_failure():
 def test_a_method_named_in_the_message_can_say_runtime():
     """V0 multiproc workers relay `Exception in worker ... while processing method start_worker_execution_loop: ...`:
     the loop that runs the engine's steps (vllm/worker/worker_base.py)."""
-    line = ("(VllmWorkerProcess pid=9) ERROR 10-15 14:51:47 multiproc_worker_utils.py:226] Exception in worker "
-            "VllmWorkerProcess while processing method start_worker_execution_loop: CUDA out of memory. Tried to "
-            "allocate 32.00 MiB.")
+    line = (
+        "(VllmWorkerProcess pid=9) ERROR 10-15 14:51:47 multiproc_worker_utils.py:226] Exception in worker "
+        "VllmWorkerProcess while processing method start_worker_execution_loop: CUDA out of memory. Tried to "
+        "allocate 32.00 MiB."
+    )
     assert stage_of([line]) == ("runtime_unknown", "message")
 
 
@@ -483,28 +584,38 @@ def test_a_method_sent_to_the_workers_by_name_is_the_step():
     """The engine's traceback without the worker's: `self.collective_rpc("load_model")` (V1 executors) or
     `self._run_workers("determine_num_available_blocks")` (V0) names the step in the source line."""
     head = "(EngineCore_DP0 pid=5) ERROR 11-05 12:19:32 [core.py:708] "
-    worker = ("RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 896.00 MiB.', please check "
-              "the stack trace above for the root cause")
+    worker = (
+        "RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 896.00 MiB.', please check "
+        "the stack trace above for the root cause"
+    )
 
     def engine_traceback(call: str) -> list[str]:
-        return [head + "EngineCore failed to start.", head + "Traceback (most recent call last):",
-                head + f'  File "{SITE}/vllm/v1/engine/core.py", line 80, in __init__',
-                head + "    self.model_executor = executor_class(vllm_config)",
-                head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 90, in _init_executor',
-                head + f"    {call}",
-                head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 250, in collective_rpc',
-                head + "    raise RuntimeError(", head + worker]
+        return [
+            head + "EngineCore failed to start.",
+            head + "Traceback (most recent call last):",
+            head + f'  File "{SITE}/vllm/v1/engine/core.py", line 80, in __init__',
+            head + "    self.model_executor = executor_class(vllm_config)",
+            head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 90, in _init_executor',
+            head + f"    {call}",
+            head + f'  File "{SITE}/vllm/v1/executor/multiproc_executor.py", line 250, in collective_rpc',
+            head + "    raise RuntimeError(",
+            head + worker,
+        ]
 
     assert stage_of(engine_traceback('self.collective_rpc("load_model")')) == ("weight_loading", "frame")
-    assert stage_of(engine_traceback("self._run_workers('determine_num_available_blocks')")) == \
-        ("kv_cache_alloc", "frame")
+    assert stage_of(engine_traceback("self._run_workers('determine_num_available_blocks')")) == (
+        "kv_cache_alloc",
+        "frame",
+    )
     assert stage_of(engine_traceback('self.collective_rpc("init_device")')) == ("loading_unknown", "frame")
 
 
 def test_a_caught_oom_logged_by_a_library_in_pythons_default_shape_is_recovered():
     """FlashInfer's autotuner logs `<time> - WARNING - autotuner.py:N - flashinfer.jit: ...` inside vLLM's processes."""
-    line = ("(EngineCore_DP0 pid=387) 2026-03-08 16:44:29,692 - WARNING - autotuner.py:1315 - flashinfer.jit: "
-            "[Autotuner]: Skipping tactic 7 due to torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    line = (
+        "(EngineCore_DP0 pid=387) 2026-03-08 16:44:29,692 - WARNING - autotuner.py:1315 - flashinfer.jit: "
+        "[Autotuner]: Skipping tactic 7 due to torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
     a = feed([line])
     a.flush()
     assert a.first_oom is None and a.counts["oom_recovered"] == 1
@@ -517,15 +628,18 @@ def test_a_caught_oom_logged_by_a_library_in_pythons_default_shape_is_recovered(
 def test_the_multimodal_encoder_run_for_a_new_prompts_media_is_a_prefill_while_serving():
     """gpu_model_runner._execute_mm_encoder runs the encoder for the step's scheduled encoder inputs (real requests);
     memory profiling runs it on dummy inputs through another path."""
-    frames = [("vllm/v1/worker/gpu_model_runner.py", "_execute_mm_encoder"),
-              ("vllm/model_executor/models/qwen2_5_vl.py", "get_multimodal_embeddings")]
+    frames = [
+        ("vllm/v1/worker/gpu_model_runner.py", "_execute_mm_encoder"),
+        ("vllm/model_executor/models/qwen2_5_vl.py", "get_multimodal_embeddings"),
+    ]
     assert stage_of(traceback(frames)) == ("prefill", "frame")
 
 
 def test_an_excerpt_indented_as_a_whole_reads_as_if_it_were_not():
     """Markdown code blocks indented by four spaces, list items, quoted mails: every line carries the same indent."""
     log = ["INFO 11-20 10:00:01 [gpu_model_runner.py:1] Starting to load model m..."] + traceback(
-        PROFILE, prefix="ERROR 11-20 10:00:02 [core.py:1] ")
+        PROFILE, prefix="ERROR 11-20 10:00:02 [core.py:1] "
+    )
     for indent in ("    ", "  ", "\t"):
         assert stage_of([indent + line for line in log]) == ("kv_cache_alloc", "frame"), repr(indent)
         assert stage_of([indent + line for line in traceback(CAPTURE)]) == ("graph_capture", "frame"), repr(indent)
@@ -550,10 +664,15 @@ def test_the_api_servers_output_handler_failing_means_the_engine_had_started():
     said = feed([oom, head + "AsyncLLM output_handler failed."])
     said.flush()
     assert (said.first_oom.phase, said.first_oom.stage_evidence) == ("runtime", "message")
-    frames = feed([oom, head + "Traceback (most recent call last):",
-                   head + f'  File "{SITE}/vllm/v1/engine/async_llm.py", line 655, in output_handler',
-                   head + "    outputs = await engine_core.get_output_async()",
-                   head + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
+    frames = feed(
+        [
+            oom,
+            head + "Traceback (most recent call last):",
+            head + f'  File "{SITE}/vllm/v1/engine/async_llm.py", line 655, in output_handler',
+            head + "    outputs = await engine_core.get_output_async()",
+            head + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        ]
+    )
     frames.flush()
     assert (frames.first_oom.phase, frames.first_oom.stage_evidence) == ("runtime", "frame")
 
@@ -561,24 +680,34 @@ def test_the_api_servers_output_handler_failing_means_the_engine_had_started():
 def test_serving_stats_mean_ready_even_when_the_readiness_line_is_not_in_the_excerpt():
     """The periodic stats line (V1: the API server's stat logger; V0: LLMEngine.step) is logged only by a built
     engine: an excerpt that shows startup, then stats, then a failure, failed at runtime."""
-    lines = ["(EngineCore_DP0 pid=7) INFO 11-20 10:01:00 [gpu_worker.py:1] Available KV cache memory: 20.00 GiB",
-             ("(APIServer pid=1) INFO 11-20 10:10:00 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
-              "Avg generation throughput: 50.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%"),
-             "(EngineCore_DP0 pid=7) ERROR 11-20 10:10:05 [core.py:1] " + OOM]
+    lines = [
+        "(EngineCore_DP0 pid=7) INFO 11-20 10:01:00 [gpu_worker.py:1] Available KV cache memory: 20.00 GiB",
+        (
+            "(APIServer pid=1) INFO 11-20 10:10:00 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+            "Avg generation throughput: 50.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%"
+        ),
+        "(EngineCore_DP0 pid=7) ERROR 11-20 10:10:05 [core.py:1] " + OOM,
+    ]
     a = feed(lines)
     a.flush()
     assert (a.first_oom.phase, a.first_oom.ready_before) == ("runtime", True)
 
 
 def test_tpu_buffer_allocation_failures_and_v0_profiling_results_are_read():
-    tpu = ("ERROR 11-20 10:00:02 [core.py:1] jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating "
-           "device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free.")
+    tpu = (
+        "ERROR 11-20 10:00:02 [core.py:1] jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating "
+        "device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
+    )
     a = feed([tpu])
     a.flush()
     assert a.counts["oom"] == 1
-    v0 = [("INFO 12-01 10:00:00 worker.py:232] Memory profiling results: duration=4.2 seconds, total_gpu_memory=79.1GiB,"
-           " initial_memory_usage=14.2GiB, peak_torch_memory=16.1GiB, kv_cache_size=52.6GiB, gpu_memory_utilization=0.90"),
-          OOM]
+    v0 = [
+        (
+            "INFO 12-01 10:00:00 worker.py:232] Memory profiling results: duration=4.2 seconds, total_gpu_memory=79.1GiB,"
+            " initial_memory_usage=14.2GiB, peak_torch_memory=16.1GiB, kv_cache_size=52.6GiB, gpu_memory_utilization=0.90"
+        ),
+        OOM,
+    ]
     a = feed(v0)
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("kv_cache_alloc", "marker")
@@ -586,15 +715,24 @@ def test_tpu_buffer_allocation_failures_and_v0_profiling_results_are_read():
 
 def test_the_call_a_source_line_makes_names_the_frame_the_excerpt_cut_off():
     head = "(EngineCore_DP0 pid=8402) ERROR 10-24 01:26:57 [core.py:710] "
-    lines = [head + OOM, head + "", head + "The above exception was the direct cause of the following exception:",
-             head + "Traceback (most recent call last):",
-             head + f'  File "{SITE}/vllm/v1/engine/core.py", line 701, in run_engine_core',
-             head + "    engine_core.run_busy_loop()", head + f'  File "{SITE}/vllm/v1/engine/co']
+    lines = [
+        head + OOM,
+        head + "",
+        head + "The above exception was the direct cause of the following exception:",
+        head + "Traceback (most recent call last):",
+        head + f'  File "{SITE}/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        head + "    engine_core.run_busy_loop()",
+        head + f'  File "{SITE}/vllm/v1/engine/co',
+    ]
     a = feed(lines)
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "frame")
-    capture = ["Traceback (most recent call last):", f'  File "{SITE}/vllm/v1/worker/gpu_worker.py", line 3, in x',
-               "    self.model_runner.capture_model()", OOM]
+    capture = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/v1/worker/gpu_worker.py", line 3, in x',
+        "    self.model_runner.capture_model()",
+        OOM,
+    ]
     assert stage_of(capture) == ("graph_capture", "frame")
 
 
@@ -602,18 +740,26 @@ def test_v0s_dead_engine_loop_means_it_had_been_running():
     """vllm/engine/multiprocessing/client.py: MQEngineDeadError "Engine loop is not running. Inspect the stacktrace to
     find the original error: <repr>" is raised to requests once the loop died; the heartbeat says "Engine loop has
     died"."""
-    relayed = ("Engine loop is not running. Inspect the stacktrace to find the original error: OutOfMemoryError('HIP out "
-               "of memory. Tried to allocate 1.63 GiB.').")
+    relayed = (
+        "Engine loop is not running. Inspect the stacktrace to find the original error: OutOfMemoryError('HIP out "
+        "of memory. Tried to allocate 1.63 GiB.')."
+    )
     a = feed([relayed])
     a.flush()
     assert (a.first_oom.phase, a.first_oom.stage_evidence, a.first_oom.confidence) == ("runtime", "message", "medium")
 
 
 def test_offline_generation_and_speculative_drafting_frames_mean_serving():
-    user = [("test.py", "<module>"), ("vllm/entrypoints/llm.py", "generate"),
-            ("vllm/model_executor/layers/logits_processor.py", "forward")]
+    user = [
+        ("test.py", "<module>"),
+        ("vllm/entrypoints/llm.py", "generate"),
+        ("vllm/model_executor/layers/logits_processor.py", "forward"),
+    ]
     assert stage_of(traceback(user)) == ("runtime_unknown", "frame")
-    drafter = [("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"), ("vllm/v1/spec_decode/eagle.py", "propose")]
+    drafter = [
+        ("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"),
+        ("vllm/v1/spec_decode/eagle.py", "propose"),
+    ]
     assert stage_of(traceback(drafter)) == ("runtime_unknown", "frame")
     # building the offline LLM is startup, whatever runs inside it
     build = [("test.py", "<module>"), ("vllm/entrypoints/llm.py", "__init__"), ("vllm/v1/worker/gpu_worker.py", "x")]

@@ -32,7 +32,9 @@ HEALTHY = ACCESS_OK + "\n"
 STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0)) + "\n"
 OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. Tried\n"
 KILLS = 100
-HANG_S = float(os.environ.get("HANG_S", "120"))  # only a guard against a hang: every wait below ends on a condition long before
+HANG_S = float(
+    os.environ.get("HANG_S", "120")
+)  # only a guard against a hang: every wait below ends on a condition long before
 
 # Reads "start" or "wait PID" a line; forks a daemon (modules already imported) or reaps one, and answers.
 ZYGOTE = r"""
@@ -86,9 +88,13 @@ def listening(port: int) -> bool:
 
 def write_config(path, port: int, state, log) -> None:
     """A serve config for one log, state saved every 50 ms, no vLLM answering and no GPUs."""
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(state), "state_save_interval": "50ms",
-           "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": str(state),
+        "state_save_interval": "50ms",
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}],
+    }
     path.write_text(yaml.safe_dump(cfg))
 
 
@@ -129,8 +135,9 @@ def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path
     port = free_port()
     write_config(tmp_path / "c.yaml", port, state, log)
     argv = ["--log-level", "ERROR", "serve", "--config", str(tmp_path / "c.yaml")]
-    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert zygote.stdin is not None and zygote.stdout is not None
 
     def start() -> int:
@@ -177,9 +184,13 @@ def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path
             until(caught_up, f"all {written['oom']} OOMs to be counted")
         except AssertionError as exc:
             st = saved_state(state)
-            files = {p.name: (p.stat().st_ino, p.read_text().count("OutOfMemoryError")) for p in tmp_path.glob("vllm.log*")}
-            raise AssertionError(f"{exc}: {got[0]} counted, {written}; state at {st.get('file')} inode "
-                                 f"{st.get('inode')} byte {st.get('offset')}; files (inode, OOMs): {files}") from None
+            files = {
+                p.name: (p.stat().st_ino, p.read_text().count("OutOfMemoryError")) for p in tmp_path.glob("vllm.log*")
+            }
+            raise AssertionError(
+                f"{exc}: {got[0]} counted, {written}; state at {st.get('file')} inode "
+                f"{st.get('inode')} byte {st.get('offset')}; files (inode, OOMs): {files}"
+            ) from None
         os.kill(pid, signal.SIGTERM)
         assert os.WIFEXITED(reap(pid))
     finally:
@@ -209,7 +220,7 @@ def test_sigterm_while_a_large_log_is_being_read_leaves_one_valid_state(tmp_path
     """The poll thread is mid-read when SIGTERM comes: shutdown's save waits for it (one writer), so no save
     fails, no temp file is left, and a restart counts every OOM exactly once."""
     log, state = tmp_path / "vllm.log", tmp_path / "state"
-    block = (HEALTHY * 200 + STATS * 50 + OOM + HEALTHY)
+    block = HEALTHY * 200 + STATS * 50 + OOM + HEALTHY
     with open(log, "w") as f:
         for _ in range(1500):  # ~30 MB: several polls' worth of reading
             f.write(block)

@@ -33,8 +33,11 @@ def week(tmp_path_factory):
     rules = d / "rules"
     # samples every 15 minutes: the fast prefix rates need a window holding two of them
     write_outputs(Thresholds(recording_interval="15m", weekly_interval="1h", prefix_fast_window="30m"), str(rules))
-    groups = [g for name in ("vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml")
-              for g in yaml.safe_load((rules / "alerts" / name).read_text())["groups"]]
+    groups = [
+        g
+        for name in ("vllm-headroom.recording.yaml", "vllm-headroom.weekly.yaml")
+        for g in yaml.safe_load((rules / "alerts" / name).read_text())["groups"]
+    ]
     # The history has a sample every 15 minutes and the weekly rules one an hour, each pass on its own
     # evaluation offset: look back an hour (a live Prometheus scrapes every 15 s and needs none of this).
     lookback = "--query.lookback-delta=61m"
@@ -50,8 +53,25 @@ def week(tmp_path_factory):
 def test_report_from_a_backfilled_week(week):
     prom, end, d, facts = week
     out = d / "report.html"
-    r = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", prom.url, "--since", "7d",
-                        "--out", str(out), "--end", str(end)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "report",
+            "--prometheus",
+            prom.url,
+            "--since",
+            "7d",
+            "--out",
+            str(out),
+            "--end",
+            str(end),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((d / "report.json").read_text())
     by = {s["server"]: s for s in data["servers"]}
@@ -86,14 +106,32 @@ def test_report_renders_in_chromium_without_console_errors(week):
     if browser is None:
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
     out = d / "page.html"
-    subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", prom.url, "--out", str(out),
-                    "--end", str(end)], check=True, capture_output=True, timeout=120)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={d / 'chrome'}", "--enable-logging=stderr", "--v=0"]
+    subprocess.run(
+        [sys.executable, "-m", "exporter", "report", "--prometheus", prom.url, "--out", str(out), "--end", str(end)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={d / 'chrome'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     shot = d / "shot.png"
-    r = subprocess.run([browser, *flags, "--window-size=1200,1400", f"--screenshot={shot}", out.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [browser, *flags, "--window-size=1200,1400", f"--screenshot={shot}", out.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
     console = [line for line in r.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console
@@ -104,10 +142,27 @@ def test_report_renders_in_chromium_without_console_errors(week):
 def test_report_says_clearly_when_prometheus_cannot_answer(tmp_path):
     from tests.conftest import free_port
 
-    r = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", f"http://127.0.0.1:{free_port()}",
-                        "--out", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "report",
+            "--prometheus",
+            f"http://127.0.0.1:{free_port()}",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "vllm-headroom report: http://127.0.0.1:" in r.stderr
     assert not (tmp_path / "r.html").exists()
-    r = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", "http://127.0.0.1:1", "--since",
-                        "a week"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "exporter", "report", "--prometheus", "http://127.0.0.1:1", "--since", "a week"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--since: expected a duration such as 7d" in r.stderr

@@ -33,8 +33,11 @@ from tests.fleet_rig import (
 NODES = 4
 DEADLINE_S = 60
 CLUSTER = "ci-east"
-PODS = [Pod(f"node-{n}", f"pd{n}-{role}-0", engines=2 if role == "decode" else 1,
-            kv_usage=0.5 if role == "decode" else 0.3) for n in range(NODES) for role in ("prefill", "decode")]
+PODS = [
+    Pod(f"node-{n}", f"pd{n}-{role}-0", engines=2 if role == "decode" else 1, kv_usage=0.5 if role == "decode" else 0.3)
+    for n in range(NODES)
+    for role in ("prefill", "decode")
+]
 SERVERS = sorted(p.name for p in PODS)
 
 
@@ -43,9 +46,18 @@ def rules(pods: list[Pod]) -> list[dict]:
     out = []
     for p in pods:
         role = p.name.split("-")[1]
-        out.append({"pod": re.escape(p.name), "server": p.name, "role": role, "log_format": "auto",
-                    "url": f"http://127.0.0.1:{p.port}/metrics", "interval": "1s", "timeout": "1s",
-                    "gpus": [0, 1, 2, 3] if role == "prefill" else [4, 5, 6, 7]})
+        out.append(
+            {
+                "pod": re.escape(p.name),
+                "server": p.name,
+                "role": role,
+                "log_format": "auto",
+                "url": f"http://127.0.0.1:{p.port}/metrics",
+                "interval": "1s",
+                "timeout": "1s",
+                "gpus": [0, 1, 2, 3] if role == "prefill" else [4, 5, 6, 7],
+            }
+        )
     return out
 
 
@@ -93,21 +105,28 @@ def test_series_arrive_once_each_with_cluster_server_and_role(stack):
     deadline = time.monotonic() + DEADLINE_S
     expr = "count by (cluster, server, role) (vllm_headroom_target_up == 1)"
     got = _wait(vm, expr, lambda r: len(r) == len(SERVERS), deadline)
-    assert sorted((r["metric"]["server"], r["metric"]["role"], r["metric"]["cluster"], r["value"][1]) for r in got) == \
-        sorted((s, s.split("-")[1], CLUSTER, "1") for s in SERVERS)
-    gpus = _wait(vm, "count by (server, role) (vllm_headroom_gpu_memory_used_bytes)",
-                 lambda r: len(r) == len(SERVERS), deadline)
+    assert sorted(
+        (r["metric"]["server"], r["metric"]["role"], r["metric"]["cluster"], r["value"][1]) for r in got
+    ) == sorted((s, s.split("-")[1], CLUSTER, "1") for s in SERVERS)
+    gpus = _wait(
+        vm, "count by (server, role) (vllm_headroom_gpu_memory_used_bytes)", lambda r: len(r) == len(SERVERS), deadline
+    )
     assert {r["metric"]["server"]: r["value"][1] for r in gpus} == {s: "4" for s in SERVERS}
 
 
 def test_vmalert_writes_the_recording_and_weekly_rules_back(stack):
     _, vm, _, _ = stack
     deadline = time.monotonic() + DEADLINE_S
-    recorded = _wait(vm, "count by (server) (server:vllm_headroom_kv_cache_headroom_ratio:min)",
-                     lambda r: len(r) == len(SERVERS), deadline)
+    recorded = _wait(
+        vm,
+        "count by (server) (server:vllm_headroom_kv_cache_headroom_ratio:min)",
+        lambda r: len(r) == len(SERVERS),
+        deadline,
+    )
     assert sorted(r["metric"]["server"] for r in recorded) == SERVERS
-    verdicts = _wait(vm, "count by (server) (server:vllm_headroom_capacity_verdict:7d)",
-                     lambda r: len(r) == len(SERVERS), deadline)
+    verdicts = _wait(
+        vm, "count by (server) (server:vllm_headroom_capacity_verdict:7d)", lambda r: len(r) == len(SERVERS), deadline
+    )
     assert {r["metric"]["server"]: r["value"][1] for r in verdicts} == {s: "1" for s in SERVERS}  # one each
 
 
@@ -125,24 +144,32 @@ def test_a_runtime_oom_reaches_alertmanager_once(stack):
         if groups and any(n["groupLabels"].get("alertname") == "VllmRuntimeOOM" for n in hook.received):
             break
         time.sleep(0.5)
-    assert [g["labels"] for g in groups] == [{"alertname": "VllmRuntimeOOM", "cluster": CLUSTER,
-                                              "server": "pd1-decode-0", "stage": "decode"}]
+    assert [g["labels"] for g in groups] == [
+        {"alertname": "VllmRuntimeOOM", "cluster": CLUSTER, "server": "pd1-decode-0", "stage": "decode"}
+    ]
     pages = [n for n in hook.received if n["groupLabels"].get("alertname") == "VllmRuntimeOOM"]
     assert len({n["groupKey"] for n in pages}) == 1
     # nothing else pages: the other seven servers are healthy
-    others = {a["labels"].get("server") for n in hook.received for a in n["alerts"]
-              if a["labels"].get("routing") == "page"}
+    others = {
+        a["labels"].get("server") for n in hook.received for a in n["alerts"] if a["labels"].get("routing") == "page"
+    }
     assert others <= {"pd1-decode-0"}, hook.received
 
 
 def test_report_reads_victoriametrics_prometheus_api(stack, tmp_path):
     _, vm, _, _ = stack
     deadline = time.monotonic() + DEADLINE_S
-    _wait(vm, "count by (server) (server:vllm_headroom_capacity_verdict:7d)", lambda r: len(r) == len(SERVERS),
-          deadline)
+    _wait(
+        vm, "count by (server) (server:vllm_headroom_capacity_verdict:7d)", lambda r: len(r) == len(SERVERS), deadline
+    )
     out = tmp_path / "report.html"
-    run = subprocess.run([sys.executable, "-m", "exporter", "report", "--prometheus", vm.url, "--since", "1h",
-                          "--out", str(out)], capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "exporter", "report", "--prometheus", vm.url, "--since", "1h", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     data = json.loads((tmp_path / "report.json").read_text())
     assert sorted(s["server"] for s in data["servers"]) == SERVERS

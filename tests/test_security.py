@@ -28,25 +28,82 @@ def openssl(*args: str, cwd) -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=test-ca", cwd=d)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        cwd=d,
+    )
     (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.crt", "-days", "2", "-extfile", "san.cnf", cwd=d)
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=d,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+            cwd=d,
+        )
     return d
 
 
 def serve(tmp_path, web: dict):
     (tmp_path / "web.yaml").write_text(yaml.safe_dump(web))
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "interval": "1s"}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": str(tmp_path / "state"),
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "interval": "1s"}],
+    }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml"),
-                             "--web.config.file", str(tmp_path / "web.yaml")], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "serve",
+            "--config",
+            str(tmp_path / "c.yaml"),
+            "--web.config.file",
+            str(tmp_path / "web.yaml"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, port
 
 
@@ -85,11 +142,19 @@ def stop(proc) -> str:
 
 def test_tls_with_client_certificates_and_basic_auth(tmp_path, pki):
     hashed = bcrypt.hashpw(b"s3cret-pass", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
-    proc, port = serve(tmp_path, {
-        "tls_server_config": {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"),
-                              "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
-                              "min_version": "TLS12"},
-        "basic_auth_users": {"prometheus": hashed}})
+    proc, port = serve(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(pki / "server.crt"),
+                "key_file": str(pki / "server.key"),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki / "ca.crt"),
+                "min_version": "TLS12",
+            },
+            "basic_auth_users": {"prometheus": hashed},
+        },
+    )
     try:
         wait_port(port, proc)
         url = f"https://127.0.0.1:{port}/metrics"
@@ -99,7 +164,9 @@ def test_tls_with_client_certificates_and_basic_auth(tmp_path, pki):
         req = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
             assert r.status == 200 and b"vllm_headroom_target_up" in r.read()
-        bad = urllib.request.Request(url, headers={"Authorization": "Basic " + base64.b64encode(b"prometheus:no").decode()})
+        bad = urllib.request.Request(
+            url, headers={"Authorization": "Basic " + base64.b64encode(b"prometheus:no").decode()}
+        )
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(bad, context=ctx, timeout=10)
         assert err.value.code == 401
@@ -110,16 +177,50 @@ def test_tls_with_client_certificates_and_basic_auth(tmp_path, pki):
         with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
             urllib.request.urlopen(req, context=no_cert, timeout=10).read()
         # curl, a second real TLS client
-        r = subprocess.run(["curl", "-sf", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "client.crt"), "--key",
-                            str(pki / "client.key"), "-u", "prometheus:s3cret-pass", url], capture_output=True,
-                           timeout=30)
+        r = subprocess.run(
+            [
+                "curl",
+                "-sf",
+                "--cacert",
+                str(pki / "ca.crt"),
+                "--cert",
+                str(pki / "client.crt"),
+                "--key",
+                str(pki / "client.key"),
+                "-u",
+                "prometheus:s3cret-pass",
+                url,
+            ],
+            capture_output=True,
+            timeout=30,
+        )
         assert r.returncode == 0 and b"vllm_headroom_build_info" in r.stdout
-        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "--cacert", str(pki / "ca.crt"), "--cert",
-                            str(pki / "client.crt"), "--key", str(pki / "client.key"), "--tls-max", "1.1", url],
-                           capture_output=True, timeout=30)
+        r = subprocess.run(
+            [
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "--cacert",
+                str(pki / "ca.crt"),
+                "--cert",
+                str(pki / "client.crt"),
+                "--key",
+                str(pki / "client.key"),
+                "--tls-max",
+                "1.1",
+                url,
+            ],
+            capture_output=True,
+            timeout=30,
+        )
         assert r.returncode != 0  # below min_version: refused
-        plain = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/"],
-                               capture_output=True, text=True, timeout=30)
+        plain = subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert plain.stdout != "200"
     finally:
         err = stop(proc)
@@ -128,10 +229,18 @@ def test_tls_with_client_certificates_and_basic_auth(tmp_path, pki):
 
 @pytest.mark.parametrize("allowed, status", [(["not-this.example"], 403), (["localhost"], 200)])
 def test_client_allowed_sans_is_enforced(tmp_path, pki, allowed, status):
-    proc, port = serve(tmp_path, {"tls_server_config": {
-        "cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key"),
-        "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki / "ca.crt"),
-        "client_allowed_sans": allowed}})
+    proc, port = serve(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(pki / "server.crt"),
+                "key_file": str(pki / "server.key"),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki / "ca.crt"),
+                "client_allowed_sans": allowed,
+            }
+        },
+    )
     try:
         wait_port(port, proc)
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -148,9 +257,15 @@ def test_client_allowed_sans_is_enforced(tmp_path, pki, allowed, status):
 
 def test_bad_web_config_is_refused_without_echoing_secrets(tmp_path):
     path = tmp_path / "web.yaml"
-    path.write_text(yaml.safe_dump({"basic_auth_users": {"alice": "plaintext-password!"},
-                                    "tls_server_config": {"cert_file": "/nope.crt", "client_auth_type": "Maybe"},
-                                    "tls": {}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "basic_auth_users": {"alice": "plaintext-password!"},
+                "tls_server_config": {"cert_file": "/nope.crt", "client_auth_type": "Maybe"},
+                "tls": {},
+            }
+        )
+    )
     with pytest.raises(ConfigError) as err:
         load_web_config(str(path))
     text = str(err.value)
@@ -158,21 +273,41 @@ def test_bad_web_config_is_refused_without_echoing_secrets(tmp_path):
     assert "basic_auth_users.alice: expected a bcrypt hash" in text
     assert "tls_server_config.key_file: missing" in text and "client_auth_type: expected one of" in text
     assert "tls: unknown key" in text
-    r = subprocess.run([sys.executable, "-m", "exporter", "serve", "--web.config.file", str(path),
-                        "--web.listen-address", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "serve",
+            "--web.config.file",
+            str(path),
+            "--web.listen-address",
+            f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "plaintext-password!" not in r.stderr + r.stdout
 
 
 def test_sigterm_flushes_state_and_exits_cleanly(tmp_path):
     log = tmp_path / "v.log"
-    oom = ("(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\n")
+    oom = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\n"
     log.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n" + oom)
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": str(tmp_path / "state"),
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "log": str(log)}],
+    }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml")],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--config", str(tmp_path / "c.yaml")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_port(port, proc)
     until_lines_read(port)  # the log is read; SIGTERM must then leave the state at its end
     err = stop(proc)
@@ -191,13 +326,22 @@ def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
     from exporter.exposition import parse
 
     a, b = tmp_path / "a.log", tmp_path / "b.log"
-    a.write_text('(APIServer pid=1) INFO:     server="b" (EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] '
-                 'torch.OutOfMemoryError: CUDA out of memory\n' + "\x1b[31m\x00\x07" * 1000 + "\n"
-                 "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory\n")
+    a.write_text(
+        '(APIServer pid=1) INFO:     server="b" (EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] '
+        "torch.OutOfMemoryError: CUDA out of memory\n" + "\x1b[31m\x00\x07" * 1000 + "\n"
+        "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory\n"
+    )
     b.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n")
-    cfg = parse_config({"state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"}, "servers": [
-        {"name": "a", "url": "http://127.0.0.1:9/metrics", "log": str(a)},
-        {"name": "b", "url": "http://127.0.0.1:9/metrics", "log": str(b)}]})
+    cfg = parse_config(
+        {
+            "state_dir": str(tmp_path / "state"),
+            "gpu": {"backend": "none"},
+            "servers": [
+                {"name": "a", "url": "http://127.0.0.1:9/metrics", "log": str(a)},
+                {"name": "b", "url": "http://127.0.0.1:9/metrics", "log": str(b)},
+            ],
+        }
+    )
     daemon = Daemon(cfg)
     for s in daemon.servers.values():
         assert s.tailer is not None
@@ -216,11 +360,18 @@ def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
 def test_credentials_in_a_target_url_never_reach_the_landing_page_or_the_log(tmp_path):
     port = free_port()
     url = f"http://scraper:pa55w0rd@127.0.0.1:{free_port()}/metrics"  # nothing answers: the failure is logged
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": url, "interval": "1s"}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": str(tmp_path / "state"),
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "s", "url": url, "interval": "1s"}],
+    }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "DEBUG", "serve", "--config",
-                             str(tmp_path / "c.yaml")], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--log-level", "DEBUG", "serve", "--config", str(tmp_path / "c.yaml")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_port(port, proc)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as r:

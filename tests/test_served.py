@@ -31,32 +31,57 @@ from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
 
-PROMETHEUS_2_42 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                   "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-PROMETHEUS_2_53 = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
-                   "text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
-PROMETHEUS_3 = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
-                "application/openmetrics-text;version=0.0.1;q=0.5,"
-                "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
+PROMETHEUS_2_42 = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+PROMETHEUS_2_53 = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+PROMETHEUS_3 = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
 
 
-@pytest.mark.parametrize("accept,want", [
-    (PROMETHEUS_2_42, "openmetrics"), (PROMETHEUS_2_53, "openmetrics"), (PROMETHEUS_3, "openmetrics"),
-    ("", "text"), ("*/*", "text"), ("text/plain", "text"), ("text/plain;version=0.0.4", "text"),
-    ("application/openmetrics-text", "openmetrics"), ("application/openmetrics-text; version=1.0.0", "openmetrics"),
-    ("application/openmetrics-text;q=0, text/plain", "text"),
-    ("text/plain;q=1, application/openmetrics-text;q=0.5", "text"),
-    ("application/openmetrics-text;version=2.0.0", "text"),  # a version we do not write
-    ("application/json", "text"),
-])
+@pytest.mark.parametrize(
+    "accept,want",
+    [
+        (PROMETHEUS_2_42, "openmetrics"),
+        (PROMETHEUS_2_53, "openmetrics"),
+        (PROMETHEUS_3, "openmetrics"),
+        ("", "text"),
+        ("*/*", "text"),
+        ("text/plain", "text"),
+        ("text/plain;version=0.0.4", "text"),
+        ("application/openmetrics-text", "openmetrics"),
+        ("application/openmetrics-text; version=1.0.0", "openmetrics"),
+        ("application/openmetrics-text;q=0, text/plain", "text"),
+        ("text/plain;q=1, application/openmetrics-text;q=0.5", "text"),
+        ("application/openmetrics-text;version=2.0.0", "text"),  # a version we do not write
+        ("application/json", "text"),
+    ],
+)
 def test_negotiate(accept, want):
     assert negotiate(accept) == want
 
 
-@pytest.mark.parametrize("header,want", [
-    ("gzip", True), ("identity", False), ("", False), ("gzip;q=0", False), ("*", True), ("br, gzip;q=0.5", True),
-    ("deflate, br", False), ("*, gzip;q=0", False), ("GZIP", True),
-])
+@pytest.mark.parametrize(
+    "header,want",
+    [
+        ("gzip", True),
+        ("identity", False),
+        ("", False),
+        ("gzip;q=0", False),
+        ("*", True),
+        ("br, gzip;q=0.5", True),
+        ("deflate, br", False),
+        ("*, gzip;q=0", False),
+        ("GZIP", True),
+    ],
+)
 def test_accepts_gzip(header, want):
     assert accepts_gzip(header) == want
 
@@ -88,8 +113,14 @@ def test_openmetrics_writer_matches_prometheus_client_byte_for_byte():
 
 def _daemon(tmp_path, servers: int = 3) -> Daemon:
     """A daemon with a fixed state (no background scraping), so two renderings can be compared exactly."""
-    cfg = parse_config({"servers": [{"name": f"vllm-{i}"} for i in range(servers)],
-                        "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"}}, "test")
+    cfg = parse_config(
+        {
+            "servers": [{"name": f"vllm-{i}"} for i in range(servers)],
+            "state_dir": str(tmp_path / "state"),
+            "gpu": {"backend": "none"},
+        },
+        "test",
+    )
     daemon = Daemon(cfg)
     for i, st in enumerate(daemon.servers.values()):
         _feed(st, VllmMetrics(engines=2, model_name=f"model-{i}"), 50)
@@ -105,8 +136,11 @@ def _feed(st, m: VllmMetrics, requests: int) -> None:
 
 def _steady(text: str) -> str:
     """Without the line that differs between two collections of the same state."""
-    return "".join(line for line in text.splitlines(True) if "collect_duration_seconds " not in line
-                   and "collect_duration_seconds{" not in line)
+    return "".join(
+        line
+        for line in text.splitlines(True)
+        if "collect_duration_seconds " not in line and "collect_duration_seconds{" not in line
+    )
 
 
 def test_metrics_endpoint_negotiates_compresses_and_serves_the_current_state(tmp_path):
@@ -120,6 +154,7 @@ def test_metrics_endpoint_negotiates_compresses_and_serves_the_current_state(tmp
         cache = runner.app[CACHE_KEY]
         try:
             async with aiohttp.ClientSession(auto_decompress=False) as http:
+
                 async def get(accept: str | None, encoding: str) -> tuple[str, str, bytes]:
                     headers = {"Accept-Encoding": encoding}
                     if accept is not None:

@@ -63,15 +63,23 @@ def test_300_half_open_connections_do_not_keep_a_scraper_out(tmp_path):
     """The daemon with a low fd limit: without a cap, 300 half-open connections use up its descriptors and the
     scraper's connection is never accepted; with it, the oldest idle connections make room."""
     port = free_port()
-    cfg = {"listen_address": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"), "gpu": {"backend": "none"},
-           "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "interval": "1s"}]}
+    cfg = {
+        "listen_address": f"127.0.0.1:{port}",
+        "state_dir": str(tmp_path / "state"),
+        "gpu": {"backend": "none"},
+        "servers": [{"name": "s", "url": f"http://127.0.0.1:{free_port()}/metrics", "interval": "1s"}],
+    }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
 
     def low_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
 
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config",
-                             str(tmp_path / "c.yaml")], stderr=subprocess.PIPE, text=True, preexec_fn=low_fd_limit)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--log-level", "WARNING", "serve", "--config", str(tmp_path / "c.yaml")],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=low_fd_limit,
+    )
     slow: list[socket.socket] = []
     try:
         deadline = time.monotonic() + HANG_S

@@ -24,21 +24,29 @@ def feed(lines: list[str]) -> LogAnalyzer:
 
 
 def test_user_prompt_with_oom_words_is_not_an_oom():
-    a = feed([START, READY,
-              f"(APIServer pid=1) INFO 08-16 12:00:05 [logger.py:40] Received request x: prompt: '{OOM}', params: ...",
-              "(APIServer pid=1) INFO 08-16 12:00:05 [logger.py:40] Received request y: prompt: 'out of memory'",
-              f"(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model "
-              f"execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=z,prompt='{OOM}')])"])
+    a = feed(
+        [
+            START,
+            READY,
+            f"(APIServer pid=1) INFO 08-16 12:00:05 [logger.py:40] Received request x: prompt: '{OOM}', params: ...",
+            "(APIServer pid=1) INFO 08-16 12:00:05 [logger.py:40] Received request y: prompt: 'out of memory'",
+            f"(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [dump_input.py:79] Dumping scheduler output for model "
+            f"execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=z,prompt='{OOM}')])",
+        ]
+    )
     assert a.first_oom is None and a.counts["oom"] == 0
 
 
 def test_look_alikes_are_not_ooms():
-    lines = [START, READY,
-             "(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered",
-             "[rank0]:[E816 12:00:07.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)",
-             "(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [core.py:1] ImportError: libcudart.so.13: cannot open shared object file",
-             "WARNING 08-16 12:00:08 scheduler.py:1491] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
-             "ERROR 08-16 12:00:09 [serving_chat.py:1] ValueError: This model's maximum context length is 4096 tokens. However, you requested 5000 tokens"]
+    lines = [
+        START,
+        READY,
+        "(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[rank0]:[E816 12:00:07.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(...)",
+        "(EngineCore_DP0 pid=2) ERROR 08-16 12:00:06 [core.py:1] ImportError: libcudart.so.13: cannot open shared object file",
+        "WARNING 08-16 12:00:08 scheduler.py:1491] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
+        "ERROR 08-16 12:00:09 [serving_chat.py:1] ValueError: This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
+    ]
     a = feed(lines)
     assert a.counts["oom"] == 0
     assert a.counts["illegal_memory_access"] == 1 and a.counts["comm_error"] == 1
@@ -48,8 +56,10 @@ def test_look_alikes_are_not_ooms():
 def test_one_failure_printed_by_many_ranks_is_one_incident():
     lines = [START, "(Worker_TP0 pid=5) INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m..."]
     for rank in range(8):
-        lines += [f"(Worker_TP{rank} pid={10 + rank}) ERROR 08-16 12:00:02 [x.py:1] Traceback (most recent call last):",
-                  f"(Worker_TP{rank} pid={10 + rank}) ERROR 08-16 12:00:02 [x.py:1] {OOM}"]
+        lines += [
+            f"(Worker_TP{rank} pid={10 + rank}) ERROR 08-16 12:00:02 [x.py:1] Traceback (most recent call last):",
+            f"(Worker_TP{rank} pid={10 + rank}) ERROR 08-16 12:00:02 [x.py:1] {OOM}",
+        ]
     lines.append("(EngineCore_DP0 pid=3) ERROR 08-16 12:00:03 [core.py:1] EngineCore failed to start.")
     a = feed(lines)
     assert a.counts["oom"] == 1
@@ -59,15 +69,24 @@ def test_one_failure_printed_by_many_ranks_is_one_incident():
 
 
 def test_two_runtime_ooms_separated_by_health_count_twice():
-    a = feed([START, READY, f"ERROR 08-16 12:01:00 [core.py:1] {OOM}", STATS, f"ERROR 08-16 12:02:00 [core.py:1] {OOM}"])
+    a = feed(
+        [START, READY, f"ERROR 08-16 12:01:00 [core.py:1] {OOM}", STATS, f"ERROR 08-16 12:02:00 [core.py:1] {OOM}"]
+    )
     assert a.counts["oom"] == 2
     assert all(ev.phase == "runtime" and ev.stage == "runtime_unknown" for ev in a.events if ev.kind == "oom")
 
 
 def test_restart_opens_a_new_epoch_and_stage_follows_markers():
-    a = feed([START, READY, f"ERROR 08-16 12:01:00 [core.py:1] {OOM}", START,
-              "INFO 08-16 12:05:00 [gpu_model_runner.py:1] Model loading took 10.0 GiB and 5.0 seconds",
-              f"ERROR 08-16 12:05:01 [core.py:1] {OOM}"])
+    a = feed(
+        [
+            START,
+            READY,
+            f"ERROR 08-16 12:01:00 [core.py:1] {OOM}",
+            START,
+            "INFO 08-16 12:05:00 [gpu_model_runner.py:1] Model loading took 10.0 GiB and 5.0 seconds",
+            f"ERROR 08-16 12:05:01 [core.py:1] {OOM}",
+        ]
+    )
     assert len([e for e in a.epochs if e.started]) == 2
     ooms = [ev for ev in a.events if ev.kind == "oom"]
     assert [(e.phase, e.stage) for e in ooms] == [("runtime", "runtime_unknown"), ("loading", "kv_cache_alloc")]
@@ -89,12 +108,26 @@ def test_engine_stage_progresses_through_startup():
         a.feed(LogLine(i, text))
         if not seen or seen[-1] != a.epoch.engine_stage:
             seen.append(a.epoch.engine_stage)
-    assert seen == ["unknown", "loading_unknown", "weight_loading", "kv_cache_alloc", "graph_capture",
-                    "kv_cache_alloc", "graph_capture", "warmup", "ready"]
+    assert seen == [
+        "unknown",
+        "loading_unknown",
+        "weight_loading",
+        "kv_cache_alloc",
+        "graph_capture",
+        "kv_cache_alloc",
+        "graph_capture",
+        "warmup",
+        "ready",
+    ]
 
 
 def test_tqdm_carriage_returns_are_read_as_separate_frames():
-    a = feed([START, "Capturing CUDA graphs (decode, FULL):  10%|#| 1/10\rCapturing CUDA graphs (decode, FULL):  20%|#| 2/10"])
+    a = feed(
+        [
+            START,
+            "Capturing CUDA graphs (decode, FULL):  10%|#| 1/10\rCapturing CUDA graphs (decode, FULL):  20%|#| 2/10",
+        ]
+    )
     assert a.epoch.stage == "graph_capture"
 
 
@@ -124,5 +157,10 @@ def test_truncated_log_mid_traceback_still_reports_the_oom():
 def test_events_and_memory_stay_bounded():
     a = LogAnalyzer(max_events=50)
     for i in range(5000):
-        a.feed(LogLine(i, "WARNING 08-16 12:00:08 scheduler.py:1] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode"))
+        a.feed(
+            LogLine(
+                i,
+                "WARNING 08-16 12:00:08 scheduler.py:1] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode",
+            )
+        )
     assert len(a.events) == 50 and a.counts["preemption"] == 5000

@@ -214,9 +214,10 @@ def test_rotation_in_a_loop_by_rename_copytruncate_delete_and_recreate(tmp_path)
 
 # Lines that once raised out of the analyzer or the decoder (issue 14, item 7): a number past int()'s 4300
 # digits, one past float's range, and a docker json record nested 5000 deep (json raises RecursionError).
-POISON_PLAIN = ["INFO 10-01 09:00:45 gpu_executor.py:122] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 2048",
-                "(EngineCore_DP0 pid=2) INFO 08-16 12:00:30 [kv_cache_utils.py:1] GPU KV cache size: " + "9" * 400
-                + " tokens"]
+POISON_PLAIN = [
+    "INFO 10-01 09:00:45 gpu_executor.py:122] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 2048",
+    "(EngineCore_DP0 pid=2) INFO 08-16 12:00:30 [kv_cache_utils.py:1] GPU KV cache size: " + "9" * 400 + " tokens",
+]
 NESTED_DOCKER = '{"log": ' + "[" * 5000 + "]" * 5000 + ', "stream": "stderr"}'
 
 

@@ -52,8 +52,10 @@ def test_plain(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("fmt,wrap,piece", [("cri", wrap_cri, 0), ("cri", wrap_cri, 37), ("docker", wrap_docker, 0),
-                                            ("docker", wrap_docker, 50)])
+@pytest.mark.parametrize(
+    "fmt,wrap,piece",
+    [("cri", wrap_cri, 0), ("cri", wrap_cri, 37), ("docker", wrap_docker, 0), ("docker", wrap_docker, 50)],
+)
 def test_wrapped(name, fmt, wrap, piece):
     """The same log in a container runtime's wrapping, long lines split into partials: the same report."""
     plain = triage_stream(name, io.BytesIO(fixture_text(name).encode()))
@@ -73,8 +75,16 @@ def test_json_contract(name):
     report = triage_stream(name, io.BytesIO(fixture_text(name).encode()))
     for key in ("file", "format", "first_oom", "ready_before_first_oom", "events", "startup", "facts", "next_move"):
         assert key in report
-    for key in ("vllm_version", "model", "tensor_parallel_size", "max_model_len", "gpu_memory_utilization",
-                "enable_prefix_caching", "kv_cache_tokens", "max_concurrency"):
+    for key in (
+        "vllm_version",
+        "model",
+        "tensor_parallel_size",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "enable_prefix_caching",
+        "kv_cache_tokens",
+        "max_concurrency",
+    ):
         assert key in report["facts"]
     assert "weight_loading_s" in report["startup"] and "graph_capture_s" in report["startup"]
     assert json.loads(json.dumps(report)) == report  # plain JSON, nothing that only Python can print
@@ -86,8 +96,15 @@ def test_json_contract(name):
     if first is not None:
         assert set(first) >= {"line", "time", "stage", "phase", "evidence", "stage_evidence", "confidence"}
         assert first["stage"] in STAGES and first["phase"] == phase_of(first["stage"])
-        assert first["stage_evidence"] in ("message", "frame", "scheduler_dump", "readiness", "marker", "serving",
-                                           "none")
+        assert first["stage_evidence"] in (
+            "message",
+            "frame",
+            "scheduler_dump",
+            "readiness",
+            "marker",
+            "serving",
+            "none",
+        )
         assert first["confidence"] in ("high", "medium", "low")
         # the evidence is the matched line's message and nothing else of the log
         line = fixture_text(name).split("\n")[first["line"] - 1]

@@ -126,18 +126,29 @@ def test_the_basic_scheme_is_case_insensitive(tmp_path):
     assert asyncio.run(scenario()) == [200, 200, 200, 401]
 
 
-@pytest.mark.parametrize("text, key", [
-    ("basic_auth_users: {prometheus: '$2y$10$tooshort'}\n", "basic_auth_users.prometheus"),
-    ("tls_server_config: {cert_file: c, key_file: k, min_version: TLS13, max_version: TLS12}\n",
-     "tls_server_config.min_version"),
-    ("tls_server_config: {cert_file: c, key_file: k, cipher_suites: [TLS_AES_128_GCM_SHA256]}\n",
-     "tls_server_config.cipher_suites"),
-    ("tls_server_config: {cert_file: c, key_file: k, curve_preferences: [X25519]}\n",
-     "tls_server_config.curve_preferences"),
-    ("tls_server_config: {cert_file: c, key_file: k, client_allowed_sans: [a]}\n",
-     "tls_server_config.client_allowed_sans"),
-    ("http_server_config: {http2: false}\n", "http_server_config"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("basic_auth_users: {prometheus: '$2y$10$tooshort'}\n", "basic_auth_users.prometheus"),
+        (
+            "tls_server_config: {cert_file: c, key_file: k, min_version: TLS13, max_version: TLS12}\n",
+            "tls_server_config.min_version",
+        ),
+        (
+            "tls_server_config: {cert_file: c, key_file: k, cipher_suites: [TLS_AES_128_GCM_SHA256]}\n",
+            "tls_server_config.cipher_suites",
+        ),
+        (
+            "tls_server_config: {cert_file: c, key_file: k, curve_preferences: [X25519]}\n",
+            "tls_server_config.curve_preferences",
+        ),
+        (
+            "tls_server_config: {cert_file: c, key_file: k, client_allowed_sans: [a]}\n",
+            "tls_server_config.client_allowed_sans",
+        ),
+        ("http_server_config: {http2: false}\n", "http_server_config"),
+    ],
+)
 def test_settings_that_would_be_ignored_are_refused_naming_the_key(tmp_path, text, key):
     (tmp_path / "web.yaml").write_text(text)
     with pytest.raises(ConfigError) as err:

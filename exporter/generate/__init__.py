@@ -40,10 +40,13 @@ def outputs(t: Thresholds) -> dict[str, str]:
     files = {
         "alerts/vllm-headroom.rules.yaml": dump_yaml({"groups": rules.alert_groups(t, specs)}),
         "alerts/vllm-headroom.recording.yaml": dump_yaml({"groups": recording.recording_rules(t)}),
-        "alerts/tests/alerts.test.yaml": dump_yaml(rules.promtool_tests(
-            specs, ["alerts.rules-without-annotations.yaml", "../vllm-headroom.recording.yaml"])),
+        "alerts/tests/alerts.test.yaml": dump_yaml(
+            rules.promtool_tests(specs, ["alerts.rules-without-annotations.yaml", "../vllm-headroom.recording.yaml"])
+        ),
         "alerts/vllm-headroom.weekly.yaml": dump_yaml({"groups": weekly.weekly_rules(t)}),
-        "alerts/tests/recording.test.yaml": dump_yaml(recording.recording_tests(t, ["../vllm-headroom.recording.yaml"])),
+        "alerts/tests/recording.test.yaml": dump_yaml(
+            recording.recording_tests(t, ["../vllm-headroom.recording.yaml"])
+        ),
         "alerts/tests/weekly.test.yaml": dump_yaml(weekly.weekly_tests(t, ["../vllm-headroom.weekly.yaml"])),
     }
     files["deploy/kubernetes/prometheusrule.yaml"] = dump_yaml(prometheus_rule(t, specs))
@@ -58,10 +61,16 @@ def prometheus_rule(t: Thresholds, specs: list[Any] | None = None) -> dict[str, 
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "vllm-headroom", "namespace": "monitoring",
-                     "labels": {"app.kubernetes.io/name": "vllm-headroom", "app.kubernetes.io/part-of": "vllm-headroom"}},
-        "spec": {"groups": rules.alert_groups(t, specs if specs is not None else alert_specs(t))
-                 + recording.recording_rules(t) + weekly.weekly_rules(t)},
+        "metadata": {
+            "name": "vllm-headroom",
+            "namespace": "monitoring",
+            "labels": {"app.kubernetes.io/name": "vllm-headroom", "app.kubernetes.io/part-of": "vllm-headroom"},
+        },
+        "spec": {
+            "groups": rules.alert_groups(t, specs if specs is not None else alert_specs(t))
+            + recording.recording_rules(t)
+            + weekly.weekly_rules(t)
+        },
     }
 
 

@@ -17,10 +17,17 @@ from exporter.generate.thresholds import Thresholds
 def alert_groups(t: Thresholds, specs: list[AlertSpec]) -> list[dict[str, Any]]:
     rules = []
     for a in specs:
-        rule: dict[str, Any] = {"alert": a.name, "expr": a.expr, "for": a.for_,
-                                "labels": {"severity": a.severity, "routing": a.routing}}
-        rule["annotations"] = {"summary": a.summary, "description": a.description,
-                               "runbook_url": f"{t.runbook_base_url}/{a.name}.md"}
+        rule: dict[str, Any] = {
+            "alert": a.name,
+            "expr": a.expr,
+            "for": a.for_,
+            "labels": {"severity": a.severity, "routing": a.routing},
+        }
+        rule["annotations"] = {
+            "summary": a.summary,
+            "description": a.description,
+            "runbook_url": f"{t.runbook_base_url}/{a.name}.md",
+        }
         rules.append(rule)
     return [{"name": "vllm-headroom.alerts", "rules": rules}]
 
@@ -36,10 +43,12 @@ def promtool_tests(specs: list[AlertSpec], rule_files: list[str]) -> dict[str, A
                 labels.update(c.labels)
                 labels.update({"severity": a.severity, "routing": a.routing})
                 exp = [{"exp_labels": labels}]
-            tests.append({
-                "name": f"{a.name}: {c.name}",
-                "interval": c.interval,
-                "input_series": [{"series": s, "values": v} for s, v in c.series],
-                "alert_rule_test": [{"eval_time": c.eval_time, "alertname": a.name, "exp_alerts": exp}],
-            })
+            tests.append(
+                {
+                    "name": f"{a.name}: {c.name}",
+                    "interval": c.interval,
+                    "input_series": [{"series": s, "values": v} for s, v in c.series],
+                    "alert_rule_test": [{"eval_time": c.eval_time, "alertname": a.name, "exp_alerts": exp}],
+                }
+            )
     return {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}

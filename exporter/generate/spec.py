@@ -13,13 +13,22 @@ from exporter.duration import prometheus_seconds
 SERVER_BY = ("job", "cluster", "instance", "server", "role")
 SERVER_BY_PROMQL = ", ".join(SERVER_BY)
 GPU_BY = ("job", "cluster", "instance", "gpu")
-BASE_LABELS = {"job": "vllm-headroom", "instance": "node-1:9478", "server": "prefill-0", "gpu": "3",
-               "model_name": "kimi-k3", "engine": "0", "uuid": "GPU-3", "gpu_model": "NVIDIA GB300",
-               "vendor": "nvidia"}
+BASE_LABELS = {
+    "job": "vllm-headroom",
+    "instance": "node-1:9478",
+    "server": "prefill-0",
+    "gpu": "3",
+    "model_name": "kimi-k3",
+    "engine": "0",
+    "uuid": "GPU-3",
+    "gpu_model": "NVIDIA GB300",
+    "vendor": "nvidia",
+}
 LOADING = "weight_loading|graph_capture|kv_cache_alloc|warmup|loading_unknown"
 ENGINE_BY = "job, cluster, instance, server, role, model_name, engine"
 WEEK_BY = "job, cluster, server, role"  # stable across rollouts: `instance` is a pod IP in Kubernetes
 CONFIG_STAGES = "graph_capture|kv_cache_alloc|warmup|loading_unknown"  # a configuration to fix, not hardware
+
 
 @dataclass
 class Case:

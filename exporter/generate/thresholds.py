@@ -106,8 +106,11 @@ def load_thresholds(path: str | None) -> Thresholds:
         if want is str and key.endswith(("_for", "_lookback", "_interval", "_window")) and not is_prometheus(value):
             problems.append(f"{path}: {key}: expected a Prometheus duration such as 5m or 1h, got {value!r}")
             continue
-        if want is float and (key.endswith("_ratio") or key.endswith("_fraction") or key.endswith("_quantile")) \
-                and not 0 <= value <= 1:
+        if (
+            want is float
+            and (key.endswith("_ratio") or key.endswith("_fraction") or key.endswith("_quantile"))
+            and not 0 <= value <= 1
+        ):
             problems.append(f"{path}: {key}: expected a ratio between 0 and 1, got {value!r}")
             continue
         values[key] = value
@@ -115,8 +118,10 @@ def load_thresholds(path: str | None) -> Thresholds:
         raise ConfigError(problems)
     t = Thresholds(**values)
     if not re.match(r"^https?://", t.runbook_base_url):
-        problems.append(f"{path}: runbook_base_url: expected an absolute http(s) URL (alerts are read away from "
-                        f"this checkout), got {t.runbook_base_url!r}")
+        problems.append(
+            f"{path}: runbook_base_url: expected an absolute http(s) URL (alerts are read away from "
+            f"this checkout), got {t.runbook_base_url!r}"
+        )
     if problems:
         raise ConfigError(problems)
     return t

@@ -109,8 +109,10 @@ class SysfsAmdBackend:
 
     def __init__(self, root: str = "/sys/class/drm") -> None:
         self._dirs: dict[str, str] = {}
-        cards = sorted(glob.glob(os.path.join(root, "card[0-9]*")), key=lambda p: int(p.rsplit("card", 1)[1])
-                       if p.rsplit("card", 1)[1].isdigit() else 1 << 30)
+        cards = sorted(
+            glob.glob(os.path.join(root, "card[0-9]*")),
+            key=lambda p: int(p.rsplit("card", 1)[1]) if p.rsplit("card", 1)[1].isdigit() else 1 << 30,
+        )
         for card in cards:
             dev = os.path.join(card, "device")
             if not os.path.exists(os.path.join(dev, "mem_info_vram_total")):
@@ -120,9 +122,15 @@ class SysfsAmdBackend:
             self._dirs[str(len(self._dirs))] = dev
         if not self._dirs:
             raise GpuUnavailable(f"no amdgpu VRAM files under {root}")
-        self._infos = [GpuInfo(i, _read(os.path.join(d, "unique_id"), "").strip(),
-                               _read(os.path.join(d, "product_name"), "AMD GPU").strip() or "AMD GPU", "amd")
-                       for i, d in self._dirs.items()]
+        self._infos = [
+            GpuInfo(
+                i,
+                _read(os.path.join(d, "unique_id"), "").strip(),
+                _read(os.path.join(d, "product_name"), "AMD GPU").strip() or "AMD GPU",
+                "amd",
+            )
+            for i, d in self._dirs.items()
+        ]
 
     def devices(self) -> list[GpuInfo]:
         return list(self._infos)

@@ -12,8 +12,9 @@ from exporter.gpu.base import GpuBackend, GpuUnavailable
 log = logging.getLogger("vllm_headroom.gpu")
 
 
-def open_backend(name: str, fake_count: int = 8, fake_model: str = "NVIDIA GB300",
-                 fake_total_bytes: int = 288 * 1024**3) -> GpuBackend | None:
+def open_backend(
+    name: str, fake_count: int = 8, fake_model: str = "NVIDIA GB300", fake_total_bytes: int = 288 * 1024**3
+) -> GpuBackend | None:
     """Open the configured backend; `auto` tries NVML, then amdsmi, then sysfs, and says once what it found."""
     if name == "none":
         log.info("GPU memory: not watched (gpu.backend is none)")
@@ -24,15 +25,19 @@ def open_backend(name: str, fake_count: int = 8, fake_model: str = "NVIDIA GB300
         log.info("GPU memory: fake backend with %d scripted GPUs (tests and demo only)", fake_count)
         return FakeGpuBackend(fake_count, fake_model, fake_total_bytes)
     tried: list[str] = []
-    for candidate in (["nvml", "amdsmi", "sysfs"] if name == "auto" else [name]):
+    for candidate in ["nvml", "amdsmi", "sysfs"] if name == "auto" else [name]:
         try:
             backend = _open(candidate)
         except GpuUnavailable as exc:
             tried.append(f"{candidate}: {exc}")
             continue
         devices = backend.devices()
-        log.info("GPU memory: %s backend, %d device(s): %s", backend.name, len(devices),
-                 ", ".join(f"{d.index}={d.model}" for d in devices) or "none")
+        log.info(
+            "GPU memory: %s backend, %d device(s): %s",
+            backend.name,
+            len(devices),
+            ", ".join(f"{d.index}={d.model}" for d in devices) or "none",
+        )
         return backend
     if name == "auto":
         log.info("GPU memory: no GPU library found, GPU series are not exported (%s)", "; ".join(tried))

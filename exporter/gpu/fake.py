@@ -14,8 +14,13 @@ class FakeGpuBackend:
     name = "fake"
     vendor = "fake"
 
-    def __init__(self, count: int = 8, model: str = "NVIDIA GB300", total_bytes: int = 288 * 1024**3,
-                 script: Callable[[int, float], int] | None = None) -> None:
+    def __init__(
+        self,
+        count: int = 8,
+        model: str = "NVIDIA GB300",
+        total_bytes: int = 288 * 1024**3,
+        script: Callable[[int, float], int] | None = None,
+    ) -> None:
         self.total = total_bytes
         self.model = model
         self.script = script

@@ -81,8 +81,10 @@ class NvmlBackend:
                     return MemoryReading(int(m.used), int(m.total), int(m.reserved))
                 except nv.NVMLError as exc:
                     if getattr(exc, "value", None) not in (
-                        getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13), getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
-                        getattr(nv, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25)):
+                        getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                        getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
+                        getattr(nv, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+                    ):
                         raise
                     self._v2 = False  # this driver answers v1 only
             m = nv.nvmlDeviceGetMemoryInfo(h)

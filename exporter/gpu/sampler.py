@@ -54,8 +54,13 @@ class GpuState:
 
 
 class GpuSampler:
-    def __init__(self, backend: GpuBackend, interval_s: float = 0.1, process_interval_s: float = 1.0,
-                 peak_window_s: float = PEAK_WINDOW_S) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        interval_s: float = 0.1,
+        process_interval_s: float = 1.0,
+        peak_window_s: float = PEAK_WINDOW_S,
+    ) -> None:
         self.backend = backend
         self.interval_s = interval_s
         self.peak_window_s = peak_window_s
@@ -125,8 +130,13 @@ class GpuSampler:
     def _failed(self, st: GpuState, exc: GpuError, now: float) -> None:
         with self._lock:
             if st.up or not st.errors:
-                log.warning("GPU %s (%s) read failed%s: %s; retrying with backoff", st.info.index, st.info.uuid,
-                            " (GPU lost)" if exc.lost else "", exc)
+                log.warning(
+                    "GPU %s (%s) read failed%s: %s; retrying with backoff",
+                    st.info.index,
+                    st.info.uuid,
+                    " (GPU lost)" if exc.lost else "",
+                    exc,
+                )
             st.up = False
             st.errors += 1
             self.version += 1
@@ -137,5 +147,7 @@ class GpuSampler:
     def collect(self) -> list[GpuState]:
         """A snapshot for one scrape. Changes nothing: the peak is over a fixed trailing window, not per reader."""
         with self._lock:
-            return [GpuState(**{k: getattr(st, k) for k in st.__dataclass_fields__ if k != "window"})
-                    for st in self.states.values()]
+            return [
+                GpuState(**{k: getattr(st, k) for k in st.__dataclass_fields__ if k != "window"})
+                for st in self.states.values()
+            ]

@@ -185,7 +185,9 @@ def physical_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTE
             yield raw, False
 
 
-def read_lines(stream: BinaryIO, fmt: str = "auto", max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[str, Iterator[LogLine]]:
+def read_lines(
+    stream: BinaryIO, fmt: str = "auto", max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> tuple[str, Iterator[LogLine]]:
     """Detect the format of a whole stream (unless given) and iterate its unwrapped lines."""
     lines = physical_lines(stream, max_line_bytes)
     first: list[tuple[bytes, bool]] = []

@@ -20,11 +20,28 @@ STAGES = LOADING_STAGES + RUNTIME_STAGES
 
 # The stage an engine is in, for `engine_stage`: the loading stages, then `ready` (serving),
 # `crashed` (a fatal error since the last start) and `unknown` (no startup seen).
-ENGINE_STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "loading_unknown",
-                 "ready", "crashed", "unknown")
+ENGINE_STAGES = (
+    "weight_loading",
+    "graph_capture",
+    "kv_cache_alloc",
+    "warmup",
+    "loading_unknown",
+    "ready",
+    "crashed",
+    "unknown",
+)
 
-EVENT_KINDS = ("oom", "oom_recovered", "engine_ready", "engine_crash", "preemption", "context_rejected",
-               "tool_call_parse_error", "comm_error", "illegal_memory_access")
+EVENT_KINDS = (
+    "oom",
+    "oom_recovered",
+    "engine_ready",
+    "engine_crash",
+    "preemption",
+    "context_rejected",
+    "tool_call_parse_error",
+    "comm_error",
+    "illegal_memory_access",
+)
 
 
 def phase_of(stage: str) -> str:
@@ -38,22 +55,33 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Initializing an? (?:V1 )?LLM engine"), "engine_start"),
     (re.compile(r"^Starting to load model|checkpoint shards:|^Loading weights took"), "weight_loading"),
     (re.compile(r"^Model loading took|^Loading model weights took"), "weights_loaded"),
-    (re.compile(r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
-                r"|^Directly load the compiled graph"), "compile"),
+    (
+        re.compile(
+            r"for vLLM's torch\.compile|^Dynamo bytecode transform time|^Compiling a graph for"
+            r"|^Directly load the compiled graph"
+        ),
+        "compile",
+    ),
     (re.compile(r"^torch\.compile takes"), "compiled"),
     # V0 0.6.x printed "Memory profiling results: duration=..., kv_cache_size=..." instead of "... takes"
-    (re.compile(r"^Memory profiling takes|^Memory profiling results|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
-                r"|^# GPU blocks|^Maximum concurrency for"), "kv_cache_alloc"),
-    (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"),
-     "graph_capture"),
+    (
+        re.compile(
+            r"^Memory profiling takes|^Memory profiling results|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
+            r"|^# GPU blocks|^Maximum concurrency for"
+        ),
+        "kv_cache_alloc",
+    ),
+    (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"), "graph_capture"),
     (re.compile(r"^Graph capturing finished"), "graph_captured"),
     (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
     (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on"), "ready"),
 ]
 # Cheap test before the marker list: every marker contains one of these words.
-MARKER_HINT = re.compile(r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
-                         r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
-                         r"|apturing|init engine|startup complete|API server|Uvicorn running")
+MARKER_HINT = re.compile(
+    r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
+    r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
+    r"|apturing|init engine|startup complete|API server|Uvicorn running"
+)
 # Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
 # "Processed prompts") are drawn only once the engine is built. Read at the message start, before the hints.
 OFFLINE_PROGRESS = ("Processed prompts", "Adding requests")
@@ -63,26 +91,54 @@ OFFLINE_PROGRESS = ("Processed prompts", "Adding requests")
 # vLLM's own errors may be logged bare, as `ValueError: ...` or as `ValueError('...')`.
 _EXC = r"^(?:[\w.]*(?:Error|Exception)(?:: |\(['\"]))?"
 OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
-    (re.compile(r"^RuntimeError: (?:CUDA|HIP) out of memory occurred when warming up sampler"),
-     "sampler", "sampler_warmup_oom"),
+    (
+        re.compile(r"^RuntimeError: (?:CUDA|HIP) out of memory occurred when warming up sampler"),
+        "sampler",
+        "sampler_warmup_oom",
+    ),
     (re.compile(r"^(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
     # `CUDA Error: out of memory at <file>:<line>`: vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, CUDA_CHECK
     # formats cuGetErrorString as "CUDA Error: %s at %s:%d") raises it from CuMemAllocator.wake_up.
-    (re.compile(r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? [Ee]rror: out of memory"),
-     None, "device_oom"),
-    (re.compile(r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-                r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"), None, "device_oom"),
+    (
+        re.compile(
+            r"^(?:[\w.]+\.)?(?:RuntimeError|AcceleratorError|Error): (?:CUDA|HIP)(?: driver)? [Ee]rror: out of memory"
+        ),
+        None,
+        "device_oom",
+    ),
+    (
+        re.compile(
+            r"^(?:[\w.]+\.)?RuntimeError: .{0,200}?(?:CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+            r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED)"
+        ),
+        None,
+        "device_oom",
+    ),
     (re.compile(_EXC + r"No available memory for the cache blocks"), "kv_cache_alloc", "kv_cache_insufficient"),
-    (re.compile(_EXC + r"To serve at least one request with the models?'s max seq len \((\d+)\)"),
-     "kv_cache_alloc", "kv_cache_insufficient"),
-    (re.compile(_EXC + r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens"
-                r" that can be stored in KV cache"), "kv_cache_alloc", "max_model_len_too_large"),
-    (re.compile(_EXC + r"Free memory on device .{0,80}? on startup is less than desired GPU memory utilization"),
-     "loading_unknown", "free_memory_below_utilization"),
+    (
+        re.compile(_EXC + r"To serve at least one request with the models?'s max seq len \((\d+)\)"),
+        "kv_cache_alloc",
+        "kv_cache_insufficient",
+    ),
+    (
+        re.compile(
+            _EXC + r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens"
+            r" that can be stored in KV cache"
+        ),
+        "kv_cache_alloc",
+        "max_model_len_too_large",
+    ),
+    (
+        re.compile(_EXC + r"Free memory on device .{0,80}? on startup is less than desired GPU memory utilization"),
+        "loading_unknown",
+        "free_memory_below_utilization",
+    ),
 ]
-OOM_HINT = re.compile(r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
-                      r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-                      r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED")
+OOM_HINT = re.compile(
+    r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
+    r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
+    r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED"
+)
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
@@ -102,22 +158,44 @@ OOM_SIGNATURE = re.compile(
 )
 # An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the
 # last line of a log can be cut so: it counts when nothing follows it (see LogAnalyzer.flush).
-CUT_OOM = re.compile(r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): (?:CUDA|HIP|XPU) out(?: of(?: m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?\s*$")
+CUT_OOM = re.compile(
+    r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): (?:CUDA|HIP|XPU) out(?: of(?: m(?:e(?:m(?:o(?:ry?)?)?)?)?)?)?\s*$"
+)
 # Words a relayed failure uses for the step it interrupted, when no frame says it.
 MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"warming up (?:the )?sampler|warm(?:ing)? ?up (?:the )?model", re.I), "warmup"),
-    (re.compile(r"captur(?:e|ing) (?:the )?(?:CUDA ?|cuda)?graphs?|cuda ?graph capture|torch\.compile|compiling (?:the )?"
-                r"(?:model|graph)", re.I), "graph_capture"),
-    (re.compile(r"memory profiling|profil(?:e|ing) run|determin\w* (?:the )?(?:available|num)|allocat\w* (?:the )?KV"
-                r"|KV cache (?:allocation|initiali[sz]ation)", re.I), "kv_cache_alloc"),
+    (
+        re.compile(
+            r"captur(?:e|ing) (?:the )?(?:CUDA ?|cuda)?graphs?|cuda ?graph capture|torch\.compile|compiling (?:the )?"
+            r"(?:model|graph)",
+            re.I,
+        ),
+        "graph_capture",
+    ),
+    (
+        re.compile(
+            r"memory profiling|profil(?:e|ing) run|determin\w* (?:the )?(?:available|num)|allocat\w* (?:the )?KV"
+            r"|KV cache (?:allocation|initiali[sz]ation)",
+            re.I,
+        ),
+        "kv_cache_alloc",
+    ),
     # vllm/model_executor/layers/linear.py: "Failed to create unquantized linear weights: %s"
-    (re.compile(r"creat(?:e|ing) (?:the )?(?:[\w-]+ ){0,3}weights|load(?:ing)? (?:the )?(?:model )?weights"
-                r"|loading (?:the )?model\b"
-                r"|model loading", re.I), "weight_loading"),
+    (
+        re.compile(
+            r"creat(?:e|ing) (?:the )?(?:[\w-]+ ){0,3}weights|load(?:ing)? (?:the )?(?:model )?weights"
+            r"|loading (?:the )?model\b"
+            r"|model loading",
+            re.I,
+        ),
+        "weight_loading",
+    ),
 ]
 # Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
-USER_TEXT = re.compile(r"Received request|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
-                       r"|[\"']content[\"']|[\"']messages[\"']|[\"']input[\"']|[\"']text[\"']|HTTP/[\d.]+\"")
+USER_TEXT = re.compile(
+    r"Received request|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
+    r"|[\"']content[\"']|[\"']messages[\"']|[\"']input[\"']|[\"']text[\"']|HTTP/[\d.]+\""
+)
 # vLLM catches some memory errors and goes on (an autotuner skipping a configuration, a fallback):
 # the line says so. Those are recovered memory events, never the failure.
 ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
@@ -130,29 +208,47 @@ FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
 # vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
 # utils' "Engine core initialization failed"; V0's API server: "Engine process failed to start. See stack trace for
 # the root cause.", vllm/entrypoints/openai/api_server.py), "EngineCore encountered a fatal error." once it ran.
-ENGINE_NEVER_STARTED = re.compile(r"EngineCore failed to start|Engine core initialization failed"
-                                  r"|Engine process failed to start")
+ENGINE_NEVER_STARTED = re.compile(
+    r"EngineCore failed to start|Engine core initialization failed"
+    r"|Engine process failed to start"
+)
 # The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
 # runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
 # V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the
 # stacktrace ..." (MQEngineDeadError, raised to requests) and "Engine loop has died" (its heartbeat): the loop ran.
-ENGINE_WAS_RUNNING = re.compile(r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
-                                r"|Engine loop is not running|Engine loop has died")
+ENGINE_WAS_RUNNING = re.compile(
+    r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
+    r"|Engine loop is not running|Engine loop has died"
+)
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"is preempted by PreemptionMode\.|preempted by PreemptionMode"), "preemption"),
-    (re.compile(r"This model's maximum context length is \d+ tokens|is longer than the maximum model length"),
-     "context_rejected"),
+    (
+        re.compile(r"This model's maximum context length is \d+ tokens|is longer than the maximum model length"),
+        "context_rejected",
+    ),
     (re.compile(r"Error in extracting tool call from response"), "tool_call_parse_error"),
-    (re.compile(r"NCCL error|RCCL error|Watchdog caught collective operation timeout|DistBackendError"
-                r"|ncclInternalError|ncclSystemError|ncclRemoteError"), "comm_error"),
+    (
+        re.compile(
+            r"NCCL error|RCCL error|Watchdog caught collective operation timeout|DistBackendError"
+            r"|ncclInternalError|ncclSystemError|ncclRemoteError"
+        ),
+        "comm_error",
+    ),
     (re.compile(r"an illegal memory access was encountered"), "illegal_memory_access"),
-    (re.compile(r"EngineDeadError|EngineCore encountered a fatal error|Engine core initialization failed"
-                r"|EngineCore failed to start|Engine core proc \S+ died unexpectedly"), "engine_crash"),
+    (
+        re.compile(
+            r"EngineDeadError|EngineCore encountered a fatal error|Engine core initialization failed"
+            r"|EngineCore failed to start|Engine core proc \S+ died unexpectedly"
+        ),
+        "engine_crash",
+    ),
 ]
-EVENT_HINT = re.compile(r"preempted|maximum context length|maximum model length|tool call|NCCL|RCCL"
-                        r"|collective operation|DistBackend|nccl|illegal memory|Engine")
+EVENT_HINT = re.compile(
+    r"preempted|maximum context length|maximum model length|tool call|NCCL|RCCL"
+    r"|collective operation|DistBackend|nccl|illegal memory|Engine"
+)
 # Kinds that one failure prints many times (once per rank, once per traceback): counted once per incident.
 INCIDENT_KINDS = frozenset({"oom", "oom_recovered", "engine_crash", "comm_error", "illegal_memory_access"})
 
@@ -163,8 +259,15 @@ STATS_LINE = re.compile(
     r"(?:.*?GPU KV cache usage: (?P<kv>[\d.]+)%)?(?:.*?Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
 )
 # Modules of the API server that only log while answering requests.
-SERVING_SOURCES = ("serving_chat.py", "serving_completion.py", "serving_engine.py", "serving_responses.py",
-                   "serving_embedding.py", "serving_pooling.py", "serving_score.py")
+SERVING_SOURCES = (
+    "serving_chat.py",
+    "serving_completion.py",
+    "serving_engine.py",
+    "serving_responses.py",
+    "serving_embedding.py",
+    "serving_pooling.py",
+    "serving_score.py",
+)
 ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
 
 # -- how an excerpt was pasted -------------------------------------------------------------------------
@@ -173,8 +276,10 @@ HTML_ENTITY = re.compile(r"&(?:quot|apos|lt|gt|amp|#39|#x27|#34);")
 # What starts a line of its own, once an indentation the whole excerpt carries (a markdown code block indented by
 # four spaces, a list item, a quoted mail) is taken off: vLLM's or uvicorn's level prefix, a process or rank tag,
 # a traceback's start or its exception line. Code lines and wrapped message tails under a frame never look so.
-LINE_START = re.compile(r"(?:\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]"
-                        r"|Traceback \(most recent call last\)|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))")
+LINE_START = re.compile(
+    r"(?:\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]"
+    r"|Traceback \(most recent call last\)|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))"
+)
 
 # -- traceback frames -> stage ------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last)"
@@ -182,58 +287,137 @@ FRAME = re.compile(r'^\s+File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w
 # The same frame inside a line whose newlines a paste lost (several frames run together).
 INLINE_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line \d+, in (?P<func>[\w<>.]+)')
 # IPython's frame: `File <path>:<line>, in <Class>.<func>(<args>)`; Jupyter pastes the path as a markdown link.
-IPYTHON_FRAME = re.compile(r"^\s*File \[?(?P<path>[^\s\[\](),]{1,400}?):\d+(?:\]\([^)\s]{0,400}\))?, in "
-                           r"(?:[\w.]*\.)?(?P<func>[\w<>]+)\(")
+IPYTHON_FRAME = re.compile(
+    r"^\s*File \[?(?P<path>[^\s\[\](),]{1,400}?):\d+(?:\]\([^)\s]{0,400}\))?, in "
+    r"(?:[\w.]*\.)?(?P<func>[\w<>]+)\("
+)
 FRAME_FUNCS: dict[str, str] = {}
 for _stage, _funcs in {
     # building the model and loading its weights, post-processing included (quantization repacks)
-    "weight_loading": ("load_weights", "load_model", "_load_weights", "load_weights_and_postprocess",
-                       "download_model", "_get_weights_iterator", "make_layers", "create_weights",
-                       "process_weights_after_loading", "initialize_model", "_initialize_model", "get_model",
-                       "_process_weights_after_loading", "load_model_weights",
-                       # each parameter's loader (layers' weight_loader), the checkpoint iterators, and the CPU
-                       # offload of parameters while the model is built (model_executor/models/utils.py)
-                       "weight_loader", "weight_loader_v2", "safetensors_weights_iterator", "pt_weights_iterator",
-                       "maybe_offload_to_cpu"),
-    "graph_capture": ("capture_model", "_capture_cudagraphs", "capture_graph", "_capture_graph", "capture_end",
-                      "capture_begin", "_warmup_and_capture"),
-    "kv_cache_alloc": ("profile_run", "determine_available_memory", "initialize_kv_cache", "_initialize_kv_caches",
-                       "get_kv_cache_config", "get_kv_cache_configs", "initialize_from_config",
-                       "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors", "_reshape_kv_cache_tensors",
-                       "check_enough_kv_cache_memory", "_check_enough_kv_cache_memory", "determine_num_available_blocks",
-                       "initialize_cache", "_init_cache_engine", "allocate_kv_cache", "_allocate_kv_cache",
-                       "memory_profiling", "_initialize_kv_cache", "init_cache_engine"),
+    "weight_loading": (
+        "load_weights",
+        "load_model",
+        "_load_weights",
+        "load_weights_and_postprocess",
+        "download_model",
+        "_get_weights_iterator",
+        "make_layers",
+        "create_weights",
+        "process_weights_after_loading",
+        "initialize_model",
+        "_initialize_model",
+        "get_model",
+        "_process_weights_after_loading",
+        "load_model_weights",
+        # each parameter's loader (layers' weight_loader), the checkpoint iterators, and the CPU
+        # offload of parameters while the model is built (model_executor/models/utils.py)
+        "weight_loader",
+        "weight_loader_v2",
+        "safetensors_weights_iterator",
+        "pt_weights_iterator",
+        "maybe_offload_to_cpu",
+    ),
+    "graph_capture": (
+        "capture_model",
+        "_capture_cudagraphs",
+        "capture_graph",
+        "_capture_graph",
+        "capture_end",
+        "capture_begin",
+        "_warmup_and_capture",
+    ),
+    "kv_cache_alloc": (
+        "profile_run",
+        "determine_available_memory",
+        "initialize_kv_cache",
+        "_initialize_kv_caches",
+        "get_kv_cache_config",
+        "get_kv_cache_configs",
+        "initialize_from_config",
+        "_allocate_kv_cache_tensors",
+        "initialize_kv_cache_tensors",
+        "_reshape_kv_cache_tensors",
+        "check_enough_kv_cache_memory",
+        "_check_enough_kv_cache_memory",
+        "determine_num_available_blocks",
+        "initialize_cache",
+        "_init_cache_engine",
+        "allocate_kv_cache",
+        "_allocate_kv_cache",
+        "memory_profiling",
+        "_initialize_kv_cache",
+        "init_cache_engine",
+    ),
     # V0 worker's _warm_up_model; V1 kernel warm-up before capture (vllm/model_executor/warmup/kernel_warmup.py:
     # kernel_warmup -> deep_gemm_warmup, flashinfer_autotune; "Warmup and tune the kernels")
-    "warmup": ("compile_or_warm_up_model", "warming_up_model", "_warmup_model", "warm_up_model", "_warm_up_model",
-               "kernel_warmup", "deep_gemm_warmup", "flashinfer_autotune"),
+    "warmup": (
+        "compile_or_warm_up_model",
+        "warming_up_model",
+        "_warmup_model",
+        "warm_up_model",
+        "_warm_up_model",
+        "kernel_warmup",
+        "deep_gemm_warmup",
+        "flashinfer_autotune",
+    ),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
     # the engine, executor and workers being built: startup, the step not named
-    "startup": ("from_engine_args", "_init_engine", "_init_executor", "_init_workers_ray", "init_worker",
-                "init_device", "from_vllm_config", "_init_cache", "_initialize_model_parallel",
-                "init_distributed_environment"),
+    "startup": (
+        "from_engine_args",
+        "_init_engine",
+        "_init_executor",
+        "_init_workers_ray",
+        "init_worker",
+        "init_device",
+        "from_vllm_config",
+        "_init_cache",
+        "_initialize_model_parallel",
+        "init_distributed_environment",
+    ),
     # frames that exist only while serving: a step of the busy loop, a request in the API server
-    "runtime": ("execute_model", "execute_model_ray", "sample_tokens", "_process_engine_step",
-                "step_with_batch_queue", "run_busy_loop", "run_engine_loop", "engine_step", "step_async",
-                "create_chat_completion", "create_completion", "chat_completion_stream_generator",
-                "completion_stream_generator", "chat_completion_full_generator", "_process_input_queue",
-                # sleep mode (vllm/device_allocator/cumem.py, worker and LLM `wake_up`): only an engine that was
-                # built and put to sleep wakes up
-                "wake_up",
-                # offline LLM.generate's loop (vllm/entrypoints/llm.py) and V0's multiproc worker loop
-                # (worker_base.py), named in "while processing method start_worker_execution_loop"
-                "_run_engine", "start_worker_execution_loop",
-                # V1 AsyncLLM's output handler (see ENGINE_WAS_RUNNING)
-                "output_handler"),
+    "runtime": (
+        "execute_model",
+        "execute_model_ray",
+        "sample_tokens",
+        "_process_engine_step",
+        "step_with_batch_queue",
+        "run_busy_loop",
+        "run_engine_loop",
+        "engine_step",
+        "step_async",
+        "create_chat_completion",
+        "create_completion",
+        "chat_completion_stream_generator",
+        "completion_stream_generator",
+        "chat_completion_full_generator",
+        "_process_input_queue",
+        # sleep mode (vllm/device_allocator/cumem.py, worker and LLM `wake_up`): only an engine that was
+        # built and put to sleep wakes up
+        "wake_up",
+        # offline LLM.generate's loop (vllm/entrypoints/llm.py) and V0's multiproc worker loop
+        # (worker_base.py), named in "while processing method start_worker_execution_loop"
+        "_run_engine",
+        "start_worker_execution_loop",
+        # V1 AsyncLLM's output handler (see ENGINE_WAS_RUNNING)
+        "output_handler",
+    ),
 }.items():
     for _f in _funcs:
         FRAME_FUNCS[_f] = _stage
 # Frames that say which step was running when a serving failure hit (attention backends' own paths).
 STEP_FUNCS = {
-    "_forward_prefill": "prefill", "forward_prefill": "prefill", "_run_prefill": "prefill",
-    "context_attention_fwd": "prefill", "forward_prefix": "prefill", "_prefill": "prefill",
-    "_forward_decode": "decode", "forward_decode": "decode", "paged_attention_v1": "decode",
-    "paged_attention_v2": "decode", "decode_attention_fwd": "decode", "_decode": "decode",
+    "_forward_prefill": "prefill",
+    "forward_prefill": "prefill",
+    "_run_prefill": "prefill",
+    "context_attention_fwd": "prefill",
+    "forward_prefix": "prefill",
+    "_prefill": "prefill",
+    "_forward_decode": "decode",
+    "forward_decode": "decode",
+    "paged_attention_v1": "decode",
+    "paged_attention_v2": "decode",
+    "decode_attention_fwd": "decode",
+    "_decode": "decode",
 }
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
@@ -242,21 +426,39 @@ STEP_FUNCS = {
 # _get_prompt_logprobs_dict, only for requests that asked for them) and the multimodal encoder run on a new prompt's
 # images or audio (gpu_model_runner's _execute_mm_encoder, only for the step's scheduled encoder inputs; profiling
 # runs the encoder on dummy inputs another way). They say both: serving, and a prefill step.
-SERVING_PREFILL_FUNCS = frozenset({"_compute_prefill_context", "_context_parallel_compute_prefill_context",
-                                   "_continuation_prefill", "forward_prefix", "_get_prompt_logprobs_dict",
-                                   "_execute_mm_encoder"})
+SERVING_PREFILL_FUNCS = frozenset(
+    {
+        "_compute_prefill_context",
+        "_context_parallel_compute_prefill_context",
+        "_continuation_prefill",
+        "forward_prefix",
+        "_get_prompt_logprobs_dict",
+        "_execute_mm_encoder",
+    }
+)
 # Paths whose frames only exist while torch.compile is compiling (not when compiled code runs), or while a
 # CUDA graph is captured.
-COMPILE_PATHS = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
-                 "vllm/compilation/compiler_interface.py", "torch/_functorch/aot_autograd.py",
-                 "torch/_dynamo/output_graph.py", "torch/_inductor/graph.py")
+COMPILE_PATHS = (
+    "torch/_dynamo/convert_frame.py",
+    "torch/_inductor/compile_fx.py",
+    "torch/_inductor/codecache.py",
+    "vllm/compilation/compiler_interface.py",
+    "torch/_functorch/aot_autograd.py",
+    "torch/_dynamo/output_graph.py",
+    "torch/_inductor/graph.py",
+)
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
 # Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
 # requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
 # run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
-PATH_FUNCS = (("vllm/entrypoints/llm.py", frozenset({"generate", "chat", "encode", "embed", "classify", "score",
-                                                      "reward", "beam_search"}), "runtime"),
-              ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"))
+PATH_FUNCS = (
+    (
+        "vllm/entrypoints/llm.py",
+        frozenset({"generate", "chat", "encode", "embed", "classify", "score", "reward", "beam_search"}),
+        "runtime",
+    ),
+    ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"),
+)
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
 V0_CAPTURE = ("capture", "vllm/worker/")
 # The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's
@@ -276,10 +478,20 @@ STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "pre
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
 MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
 # Whose `__init__` builds the engine, its executor or its workers: startup.
-ENGINE_PATHS = ("vllm/engine/", "vllm/v1/engine/", "vllm/executor/", "vllm/v1/executor/", "vllm/worker/",
-                "vllm/v1/worker/", "vllm/entrypoints/llm.py")
-SERVING_PATHS = ("vllm/entrypoints/openai/serving_", "vllm/entrypoints/openai/chat_completion/",
-                 "vllm/entrypoints/openai/completion/")
+ENGINE_PATHS = (
+    "vllm/engine/",
+    "vllm/v1/engine/",
+    "vllm/executor/",
+    "vllm/v1/executor/",
+    "vllm/worker/",
+    "vllm/v1/worker/",
+    "vllm/entrypoints/llm.py",
+)
+SERVING_PATHS = (
+    "vllm/entrypoints/openai/serving_",
+    "vllm/entrypoints/openai/chat_completion/",
+    "vllm/entrypoints/openai/completion/",
+)
 
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")
@@ -315,10 +527,26 @@ NON_DEFAULT_ARGS = re.compile(r"non-default args: \{(?P<body>.*)\}")
 NAMESPACE_ARGS = re.compile(r"args: Namespace\((?P<body>.*)\)")
 NAMESPACE_PAIR = re.compile(r"(?:^|, )(\w+)=('(?:[^'\\]|\\.)*'|[^,()\[\]{}]+)")
 ARG_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,{}\[\]]+)")
-ARG_FACTS = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-             "enable_expert_parallel", "max_model_len", "gpu_memory_utilization", "enable_prefix_caching",
-             "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "quantization", "enforce_eager",
-             "enable_chunked_prefill", "block_size", "swap_space", "cpu_offload_gb", "speculative_config")
+ARG_FACTS = (
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "quantization",
+    "enforce_eager",
+    "enable_chunked_prefill",
+    "block_size",
+    "swap_space",
+    "cpu_offload_gb",
+    "speculative_config",
+)
 START_LOAD = re.compile(r"^Starting to load model (\S+?)(?:\.\.\.)?$")
 MODEL_LOADING = re.compile(r"^Model loading took " + NUM + r" ?GiB(?: memory)? and " + NUM + r" ?s")
 MODEL_LOADING_V0 = re.compile(r"^Loading model weights took " + NUM + r" ?GB")
@@ -340,8 +568,10 @@ PROFILE_SPLIT_V0 = {
     "activation_peak_gib": re.compile(r"PyTorch activation peak memory takes " + NUM + r" ?GiB"),
     "kv_cache_memory_gib": re.compile(r"reserved for KV Cache is " + NUM + r" ?GiB"),
 }
-KV_NEEDED = re.compile(r"\(?" + NUM + r" ?GiB KV cache is needed, which is larger than the available KV cache memory "
-                       r"\(" + NUM + r" ?GiB\)")
+KV_NEEDED = re.compile(
+    r"\(?" + NUM + r" ?GiB KV cache is needed, which is larger than the available KV cache memory "
+    r"\(" + NUM + r" ?GiB\)"
+)
 KV_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
 KV_V0_TOKENS = re.compile(r"that can be stored in KV cache \((\d+)\)")
 KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
@@ -359,9 +589,11 @@ ENV_FACTS = {
     "gpu_total_memory_gib": re.compile(r"GPU \d+ has a total capac(?:i)?ty of " + r"(\d{1,6}(?:\.\d{1,4})?) ?GiB"),
     "platform": re.compile(r"Automatically detected platform (\w{1,16})"),
 }
-FACT_HINT = re.compile(r"version|Version|total capac|detected platform|GPU 0: |config:|non-default args|args: Namespace"
-                       r"|Starting to load|took|takes|KV cache|blocks:|Maximum concurrency|Graph capturing"
-                       r"|total_gpu_memory")
+FACT_HINT = re.compile(
+    r"version|Version|total capac|detected platform|GPU 0: |config:|non-default args|args: Namespace"
+    r"|Starting to load|took|takes|KV cache|blocks:|Maximum concurrency|Graph capturing"
+    r"|total_gpu_memory"
+)
 
 
 def number(text: str) -> float:
@@ -372,4 +604,5 @@ def number(text: str) -> float:
 # One search that says whether a line can matter at all; most lines of a busy log say no.
 # Gated by the literals its alternatives need (exporter/logs/prefilter.py): same answers, C-speed on quiet lines.
 ANY_HINT = LiteralGate(
-    re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\("))
+    re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")
+)

@@ -271,8 +271,16 @@ class LogAnalyzer:
             level = foreign.group(1) if foreign is not None else None
         if level in ("INFO", "DEBUG", "WARNING", "WARN"):
             if P.RECOVERED.search(text):
-                return self._emit(Event(line.number, when, "oom_recovered", evidence=_evidence(msg),
-                                        process=rec.process, cause="device_oom"))
+                return self._emit(
+                    Event(
+                        line.number,
+                        when,
+                        "oom_recovered",
+                        evidence=_evidence(msg),
+                        process=rec.process,
+                        cause="device_oom",
+                    )
+                )
             if P.ADVISORY.search(text, 0, m.start()):
                 return []  # advice that mentions the words, not a failure
         if m.group("kv"):
@@ -304,8 +312,18 @@ class LogAnalyzer:
         """`RuntimeError: CUDA out of`: a paste cut the excerpt's last line inside the failure. Classified now, with
         the frames above it, and counted only if the log ends here (`flush`)."""
         stage, why, confidence = self._classify(rec, None)
-        self._cut = Event(line.number, line.time or rec.time, "oom", stage, P.phase_of(stage), _evidence(rec.message),
-                          rec.process, "device_oom", stage_evidence=why, confidence=confidence)
+        self._cut = Event(
+            line.number,
+            line.time or rec.time,
+            "oom",
+            stage,
+            P.phase_of(stage),
+            _evidence(rec.message),
+            rec.process,
+            "device_oom",
+            stage_evidence=why,
+            confidence=confidence,
+        )
 
     def _code_calls(self, key: str | None, msg: str) -> None:
         """A source line under a frame: the function it calls is the next frame, which the excerpt may cut off."""
@@ -334,8 +352,14 @@ class LogAnalyzer:
         """`Available KV cache memory: -3.2 GiB`: the cache cannot be allocated; the failure follows."""
         kv = self.epoch.facts.get("kv_cache_memory_gib")
         if self._kv_negative is None and isinstance(kv, (int, float)) and kv <= 0 and "KV cache memory" in rec.message:
-            self._kv_negative = Event(line.number, when, "oom", evidence=_evidence(rec.message), process=rec.process,
-                                      cause="kv_cache_negative")
+            self._kv_negative = Event(
+                line.number,
+                when,
+                "oom",
+                evidence=_evidence(rec.message),
+                process=rec.process,
+                cause="kv_cache_negative",
+            )
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
 
@@ -484,11 +508,22 @@ class LogAnalyzer:
             return "loading_unknown", "marker", "low"
         return UNDECIDED_STAGE, "none", "low"
 
-    def _oom(self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str,
-             msg: str | None = None) -> list[Event]:
+    def _oom(
+        self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str, msg: str | None = None
+    ) -> list[Event]:
         stage, why, confidence = self._classify(rec, hint)
-        ev = Event(line.number, when, "oom", stage, P.phase_of(stage), _evidence(msg or rec.message), rec.process,
-                   cause, stage_evidence=why, confidence=confidence)
+        ev = Event(
+            line.number,
+            when,
+            "oom",
+            stage,
+            P.phase_of(stage),
+            _evidence(msg or rec.message),
+            rec.process,
+            cause,
+            stage_evidence=why,
+            confidence=confidence,
+        )
         if why == "none":
             self._engine_words(msg or rec.message, ev)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
@@ -756,16 +791,33 @@ class LogAnalyzer:
             "oom_counts": [[s, p, n] for (s, p), n in self.oom_counts.items()],
             "lines": self.lines,
             "line_errors": self.line_errors,
-            "epoch": {"index": ep.index, "start_line": ep.start_line, "start_time": ep.start_time, "started": ep.started,
-                      "stage": ep.stage, "ready": ep.ready, "crashed": ep.crashed, "kv_sized": ep.kv_sized,
-                      "events": ep.events, "facts": ep.facts, "startup": ep.startup},
+            "epoch": {
+                "index": ep.index,
+                "start_line": ep.start_line,
+                "start_time": ep.start_time,
+                "started": ep.started,
+                "stage": ep.stage,
+                "ready": ep.ready,
+                "crashed": ep.crashed,
+                "kv_sized": ep.kv_sized,
+                "events": ep.events,
+                "facts": ep.facts,
+                "startup": ep.startup,
+            },
             "open": sorted(self._open),
             "last_step": [[k, v] for k, v in self._last_step.items()],
             "frames": [[k, v] for k, v in self._frames.items()],
             "saw_runtime": self._saw_runtime,
-            "pending": None if self._pending is None else {
-                "line": self._pending.line, "time": self._pending.time, "cause": self._pending.cause, "evidence": self._pending.evidence,
-                "stage": self._pending.stage, "stage_evidence": self._pending.stage_evidence},
+            "pending": None
+            if self._pending is None
+            else {
+                "line": self._pending.line,
+                "time": self._pending.time,
+                "cause": self._pending.cause,
+                "evidence": self._pending.evidence,
+                "stage": self._pending.stage,
+                "stage_evidence": self._pending.stage_evidence,
+            },
         }
 
     @classmethod
@@ -777,9 +829,19 @@ class LogAnalyzer:
         a.lines = int(data["lines"])
         a.line_errors = int(data.get("line_errors", 0))
         e = data["epoch"]
-        ep = Epoch(int(e["index"]), int(e["start_line"]), e["start_time"], bool(e["started"]), str(e["stage"]),
-                   bool(e["ready"]), crashed=bool(e["crashed"]), kv_sized=bool(e["kv_sized"]), events=int(e["events"]),
-                   facts=dict(e["facts"]), startup={str(k): float(v) for k, v in e["startup"].items()})
+        ep = Epoch(
+            int(e["index"]),
+            int(e["start_line"]),
+            e["start_time"],
+            bool(e["started"]),
+            str(e["stage"]),
+            bool(e["ready"]),
+            crashed=bool(e["crashed"]),
+            kv_sized=bool(e["kv_sized"]),
+            events=int(e["events"]),
+            facts=dict(e["facts"]),
+            startup={str(k): float(v) for k, v in e["startup"].items()},
+        )
         a.epochs = [ep]
         for kind in data["open"]:
             a._open[str(kind)] = Event(0, None, str(kind))
@@ -789,9 +851,17 @@ class LogAnalyzer:
         pending = data.get("pending")
         if pending:
             stage = pending.get("stage") if pending.get("stage") in P.STAGES else UNDECIDED_STAGE
-            a.pending = Event(int(pending["line"]), pending.get("time"), "oom", stage, P.phase_of(stage),
-                              pending.get("evidence"), cause=pending.get("cause"),
-                              stage_evidence=str(pending.get("stage_evidence") or "none"), confidence="low")
+            a.pending = Event(
+                int(pending["line"]),
+                pending.get("time"),
+                "oom",
+                stage,
+                P.phase_of(stage),
+                pending.get("evidence"),
+                cause=pending.get("cause"),
+                stage_evidence=str(pending.get("stage_evidence") or "none"),
+                confidence="low",
+            )
         return a
 
 
@@ -848,8 +918,10 @@ def _int(text: str) -> int:
 # (pattern, ((group, "facts" or "startup", key, convert, keep the first value), ...))
 _SIMPLE_FACTS: list[tuple[re.Pattern[str], tuple[tuple[int, str, str, Callable[[str], Any], bool], ...]]] = [
     (P.START_LOAD, ((1, "facts", "model", str, True),)),
-    (P.MODEL_LOADING, ((1, "facts", "model_loading_gib", P.number, False),
-                       (2, "startup", "weight_loading_s", P.number, False))),
+    (
+        P.MODEL_LOADING,
+        ((1, "facts", "model_loading_gib", P.number, False), (2, "startup", "weight_loading_s", P.number, False)),
+    ),
     (P.MODEL_LOADING_V0, ((1, "facts", "model_loading_gib", P.number, False),)),
     (P.LOADING_WEIGHTS, ((1, "startup", "weight_loading_s", P.number, True),)),
     (P.TORCH_COMPILE, ((1, "startup", "torch_compile_s", P.number, False),)),
@@ -858,8 +930,10 @@ _SIMPLE_FACTS: list[tuple[re.Pattern[str], tuple[tuple[int, str, str, Callable[[
     (P.KV_TOKENS, ((1, "facts", "kv_cache_tokens", _int, False),)),
     (P.MAX_CONCURRENCY, ((1, "facts", "max_model_len", _int, True), (2, "facts", "max_concurrency", P.number, False))),
     (P.GPU_BLOCKS, ((1, "facts", "gpu_blocks", int, False),)),
-    (P.GRAPH_CAPTURE, ((1, "startup", "graph_capture_s", P.number, False),
-                       (2, "facts", "graph_memory_gib", P.number, False))),
+    (
+        P.GRAPH_CAPTURE,
+        ((1, "startup", "graph_capture_s", P.number, False), (2, "facts", "graph_memory_gib", P.number, False)),
+    ),
     (P.ENGINE_INIT, ((1, "startup", "engine_init_s", P.number, False),)),
 ]
 _SIZES_THE_CACHE = frozenset({"kv_cache_tokens", "max_concurrency", "gpu_blocks"})  # the cache is sized by now

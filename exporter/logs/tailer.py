@@ -96,8 +96,14 @@ class TailSnapshot:
 
 
 class LogTailer:
-    def __init__(self, server: str, source: LogSource, state_dir: str | None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, save_every_s: float = SAVE_EVERY_S):
+    def __init__(
+        self,
+        server: str,
+        source: LogSource,
+        state_dir: str | None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        save_every_s: float = SAVE_EVERY_S,
+    ):
         self.server = server
         self.pattern = source.path  # a path, or a glob (Kubernetes pod logs): the newest match is followed
         self.is_glob = any(ch in source.path for ch in "*?[")
@@ -144,8 +150,9 @@ class LogTailer:
             with open(self.state_path, encoding="utf-8") as f:
                 data = json.load(f)
             if not isinstance(data, dict) or data.get("version") != STATE_VERSION or data.get("path") != self.pattern:
-                log.info("%s: state file %s is for another log or version; starting afresh", self.server,
-                         self.state_path)
+                log.info(
+                    "%s: state file %s is for another log or version; starting afresh", self.server, self.state_path
+                )
                 return
             saved = _position(data)
             saved["file"] = data.get("file") if isinstance(data.get("file"), str) else None
@@ -157,8 +164,9 @@ class LogTailer:
                 known[str(ident)] = _position(entry)
             analyzer = LogAnalyzer.restore(data["analyzer"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            log.warning("%s: cannot use state file %s (%s); reading the log from its start", self.server,
-                        self.state_path, exc)
+            log.warning(
+                "%s: cannot use state file %s (%s); reading the log from its start", self.server, self.state_path, exc
+            )
             return
         self.analyzer, self._saved, self._known = analyzer, saved, known
 
@@ -169,17 +177,27 @@ class LogTailer:
             return
         with self._save_lock:
             with self.lock:
-                data = {"version": STATE_VERSION, "path": self.pattern, "file": self.path, "fingerprint": self._fp,
-                        "fp_len": self._fp_len, "offset": self._safe[0], "line": self._safe[1],
-                        "inode": self._inode, "ident": self._ident, "format": self._decoder.format if self._decoder else None,
-                        "known": dict(self._known), "analyzer": self.analyzer.snapshot(), "saved_at": time.time()}
+                data = {
+                    "version": STATE_VERSION,
+                    "path": self.pattern,
+                    "file": self.path,
+                    "fingerprint": self._fp,
+                    "fp_len": self._fp_len,
+                    "offset": self._safe[0],
+                    "line": self._safe[1],
+                    "inode": self._inode,
+                    "ident": self._ident,
+                    "format": self._decoder.format if self._decoder else None,
+                    "known": dict(self._known),
+                    "analyzer": self.analyzer.snapshot(),
+                    "saved_at": time.time(),
+                }
                 self._dirty = False
             directory = os.path.dirname(self.state_path) or "."
             tmp = None
             try:
                 os.makedirs(directory, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.state_path) + ".", suffix=".tmp",
-                                           dir=directory)
+                fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.state_path) + ".", suffix=".tmp", dir=directory)
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     json.dump(data, f)
                     f.flush()
@@ -203,9 +221,13 @@ class LogTailer:
         if self._ident is None or self._fh is None:
             return
         self._known.pop(self._ident, None)
-        self._known[self._ident] = {"fingerprint": self._fp, "fp_len": self._fp_len, "offset": self._safe[0],
-                                    "line": self._safe[1],
-                                    "format": self._decoder.format if self._decoder else None}
+        self._known[self._ident] = {
+            "fingerprint": self._fp,
+            "fp_len": self._fp_len,
+            "offset": self._safe[0],
+            "line": self._safe[1],
+            "format": self._decoder.format if self._decoder else None,
+        }
         while len(self._known) > MAX_KNOWN_FILES:
             del self._known[next(iter(self._known))]
 
@@ -230,8 +252,14 @@ class LogTailer:
         """A consistent copy for readers on other threads (the collector): they never take the lock themselves."""
         with self.lock:
             ep = self.analyzer.epoch
-            return TailSnapshot(ep.engine_stage, dict(self.analyzer.counts), dict(self.analyzer.oom_counts),
-                                dict(ep.startup), dict(ep.facts), dataclasses.replace(self.health))
+            return TailSnapshot(
+                ep.engine_stage,
+                dict(self.analyzer.counts),
+                dict(self.analyzer.oom_counts),
+                dict(ep.startup),
+                dict(ep.facts),
+                dataclasses.replace(self.health),
+            )
 
     def needs_poll(self) -> bool:
         """A stat instead of a read: most polls of a quiet log find nothing new."""
@@ -241,8 +269,12 @@ class LogTailer:
             st = os.stat(self.path)
         except OSError:
             return True
-        return (st.st_ino != self._inode or st.st_size != self._last_size or st.st_mtime_ns != self._last_mtime
-                or self.analyzer.pending is not None)
+        return (
+            st.st_ino != self._inode
+            or st.st_size != self._last_size
+            or st.st_mtime_ns != self._last_mtime
+            or self.analyzer.pending is not None
+        )
 
     def poll(self) -> int:
         """Read what is new; returns the number of lines fed. Never raises: a line the decoder or the analyzer
@@ -349,10 +381,14 @@ class LogTailer:
             else:
                 drained = self._drain_rotated_sibling(saved)
                 if not drained and saved["ident"] not in (None, self._ident):  # left, not gone: we may come back
-                    self._known.setdefault(saved["ident"], {k: saved[k] for k in ("fingerprint", "fp_len", "offset",
-                                                                               "line", "format")})
-                log.info("%s: %s is not the file we left (rotated or replaced while stopped); reading it from "
-                         "the start", self.server, self.path)
+                    self._known.setdefault(
+                        saved["ident"], {k: saved[k] for k in ("fingerprint", "fp_len", "offset", "line", "format")}
+                    )
+                log.info(
+                    "%s: %s is not the file we left (rotated or replaced while stopped); reading it from the start",
+                    self.server,
+                    self.path,
+                )
         if start == 0:
             known = self._known.pop(self._ident, None)
             if known is not None:
@@ -421,9 +457,15 @@ class LogTailer:
             return fed
         if st.st_size < self._offset or self._replaced_in_place():
             # copytruncate copied the file to path.1 first: what we had not read yet is there
-            self._drain_rotated_sibling({"fp_len": self._fp_len, "fingerprint": self._fp, "offset": self._offset,
-                                         "line": self._line_no, "format": self._decoder.format if self._decoder
-                                         else None})
+            self._drain_rotated_sibling(
+                {
+                    "fp_len": self._fp_len,
+                    "fingerprint": self._fp,
+                    "offset": self._offset,
+                    "line": self._line_no,
+                    "format": self._decoder.format if self._decoder else None,
+                }
+            )
             self.health.truncations += 1
             self.health.bytes_skipped += max(0, self._last_size - self._offset)  # written, never read
             log.info("%s: %s was truncated (copytruncate?); reading it again from the start", self.server, self.path)
@@ -499,16 +541,16 @@ class LogTailer:
             self.health.bytes_skipped += nl
             fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped + nl + 1, True)])
             self._reset_partial()
-            chunk = chunk[nl + 1:]
+            chunk = chunk[nl + 1 :]
         data = self._buf + chunk if self._buf else chunk
         last_nl = data.rfind(b"\n")
         if last_nl == -1:
             self._buf = data
         elif self._decoder is not None and self._decoder.format == "plain":
-            self._buf = data[last_nl + 1:]
-            fed += self._feed_plain(data[:last_nl + 1])
+            self._buf = data[last_nl + 1 :]
+            fed += self._feed_plain(data[: last_nl + 1])
         else:
-            self._buf = data[last_nl + 1:]
+            self._buf = data[last_nl + 1 :]
             lines = []
             for raw in data[:last_nl].split(b"\n"):
                 cut = len(raw) > self.max_line_bytes
@@ -544,8 +586,9 @@ class LogTailer:
                 if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
                     text = text.lstrip("\x00")
                 try:
-                    feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None,
-                                 cut))
+                    feed(
+                        LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut)
+                    )
                 except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
                     self._poison(number, exc)
                     continue
@@ -560,14 +603,19 @@ class LogTailer:
     def _poison(self, number: int, exc: Exception) -> None:
         """A line the decoder or the analyzer cannot take: counted as a read error, its offset still consumed."""
         self.health.read_errors += 1
-        self._warn("poison", "%s: %s line %d could not be analysed (%s); skipped and counted in "
-                   "vllm_headroom_log_read_errors_total", self.server, self.path, number, type(exc).__name__)
+        self._warn(
+            "poison",
+            "%s: %s line %d could not be analysed (%s); skipped and counted in vllm_headroom_log_read_errors_total",
+            self.server,
+            self.path,
+            number,
+            type(exc).__name__,
+        )
 
     def _feed_lines(self, lines: list[tuple[bytes, int, bool]]) -> int:
         """Feed (bytes, bytes consumed from the file, cut) physical lines; advance the offsets."""
         if self._decoder is None:
-            self._decoder = LineDecoder(detect_format(b"\n".join(raw for raw, _, _ in lines[:5])),
-                                        self.max_line_bytes)
+            self._decoder = LineDecoder(detect_format(b"\n".join(raw for raw, _, _ in lines[:5])), self.max_line_bytes)
         dec = self._decoder
         fed = 0
         with self.lock:
@@ -590,8 +638,14 @@ class LogTailer:
             bad = dec.undecodable - undecodable
             if bad:
                 self.health.read_errors += bad
-                self._warn("undecodable", "%s: %s: %d %s record(s) could not be decoded; kept as plain text",
-                           self.server, self.path, bad, dec.format)
+                self._warn(
+                    "undecodable",
+                    "%s: %s: %d %s record(s) could not be decoded; kept as plain text",
+                    self.server,
+                    self.path,
+                    bad,
+                    dec.format,
+                )
             self.health.lines_read += fed
             self._dirty = self._dirty or fed > 0
         return fed

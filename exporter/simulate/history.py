@@ -28,14 +28,28 @@ from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
 
 DAY = 86400
-KEEP = ("vllm_headroom_target_up", "vllm_headroom_kv_cache_headroom_ratio", "vllm_headroom_kv_cache_usage_ratio",
-        "vllm_headroom_requests_running", "vllm_headroom_requests_waiting", "vllm_headroom_oom_events",
-        "vllm_headroom_log_events", "vllm_headroom_prefix_cache_hits_tokens", "vllm_headroom_prefix_cache_queries_tokens",
-        "vllm_headroom_environment_info", "vllm_headroom_environment_check", "vllm_headroom_vllm_config_info",
-        "vllm_headroom_gpu_memory_headroom_ratio", "vllm_headroom_gpu_memory_peak_used_bytes",
-        "vllm_headroom_preemptions", "vllm_headroom_prefix_cache_enabled", "vllm_headroom_requests_waiting_by_reason",
-        "vllm_headroom_gpu_memory_utilization_ratio", "vllm_headroom_gpu_memory_total_bytes",
-        "vllm_headroom_engine_ready")
+KEEP = (
+    "vllm_headroom_target_up",
+    "vllm_headroom_kv_cache_headroom_ratio",
+    "vllm_headroom_kv_cache_usage_ratio",
+    "vllm_headroom_requests_running",
+    "vllm_headroom_requests_waiting",
+    "vllm_headroom_oom_events",
+    "vllm_headroom_log_events",
+    "vllm_headroom_prefix_cache_hits_tokens",
+    "vllm_headroom_prefix_cache_queries_tokens",
+    "vllm_headroom_environment_info",
+    "vllm_headroom_environment_check",
+    "vllm_headroom_vllm_config_info",
+    "vllm_headroom_gpu_memory_headroom_ratio",
+    "vllm_headroom_gpu_memory_peak_used_bytes",
+    "vllm_headroom_preemptions",
+    "vllm_headroom_prefix_cache_enabled",
+    "vllm_headroom_requests_waiting_by_reason",
+    "vllm_headroom_gpu_memory_utilization_ratio",
+    "vllm_headroom_gpu_memory_total_bytes",
+    "vllm_headroom_engine_ready",
+)
 
 
 def curves(start: float) -> dict[str, Callable[[float], float]]:
@@ -57,8 +71,14 @@ def write_history(path: str, end: float, days: int = 7, step: int = 900, instanc
         w = VllmLogWriter(logs[name], tp=8)
         w.healthy_startup()
         sims[name] = (VllmMetrics(engines=2, model_name="kimi-k3"), w)
-    cfg = parse_config({"servers": [{"name": n, "log": logs[n]} for n in usage], "state_dir": os.path.join(work, "s"),
-                        "gpu": {"backend": "none"}}, "history")
+    cfg = parse_config(
+        {
+            "servers": [{"name": n, "log": logs[n]} for n in usage],
+            "state_dir": os.path.join(work, "s"),
+            "gpu": {"backend": "none"},
+        },
+        "history",
+    )
     daemon = Daemon(cfg)
     gpus = FakeGpuBackend(8)
     memory = VllmMemoryModel()

@@ -23,22 +23,37 @@ def log_line(proc: str, level: str, src: str, msg: str, stamp: str = FIXED_STAMP
     return f"({proc}) {level} {stamp} [{src}] {msg}"
 
 
-def stats_message(running: int, waiting: int, kv_usage: float, hit: float | None = None,
-                  prompt_tps: float | None = None, generation_tps: float | None = None) -> str:
+def stats_message(
+    running: int,
+    waiting: int,
+    kv_usage: float,
+    hit: float | None = None,
+    prompt_tps: float | None = None,
+    generation_tps: float | None = None,
+) -> str:
     """The engine's periodic stats (`Engine 000: Avg prompt throughput ...`); the prefix hit rate only when given,
     as releases before prefix-cache stats wrote it."""
     prompt = running * 850.0 if prompt_tps is None else prompt_tps
     gen = running * 41.0 if generation_tps is None else generation_tps
-    msg = (f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} "
-           f"tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv_usage * 100:.1f}%")
+    msg = (
+        f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} "
+        f"tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv_usage * 100:.1f}%"
+    )
     return msg if hit is None else f"{msg}, Prefix cache hit rate: {hit * 100:.1f}%"
 
 
 class VllmLogWriter:
     """Appends lines to a log file the way a V1 vLLM server with TP workers does."""
 
-    def __init__(self, path: str, model: str = "/models/kimi-k3", tp: int = 8, max_model_len: int = 1_048_576,
-                 version: str = "0.27.1", gpu_memory_utilization: float = 0.92) -> None:
+    def __init__(
+        self,
+        path: str,
+        model: str = "/models/kimi-k3",
+        tp: int = 8,
+        max_model_len: int = 1_048_576,
+        version: str = "0.27.1",
+        gpu_memory_utilization: float = 0.92,
+    ) -> None:
         self.path = path
         self.model = model
         self.tp = tp
@@ -70,48 +85,73 @@ class VllmLogWriter:
 
     def start(self) -> None:
         self.pid += 100
-        self._write([
-            self.api(f"vLLM API server version {self.version}"),
-            self.api(f"non-default args: {{'model': '{self.model}', 'max_model_len': {self.max_model_len}, "
-                     f"'tensor_parallel_size': {self.tp}, 'gpu_memory_utilization': {self.gpu_memory_utilization:g}, "
-                     f"'enable_prefix_caching': True}}", src="utils.py:328"),
-            self.engine(f"Initializing a V1 LLM engine (v{self.version}) with config: model='{self.model}', "
-                        f"dtype=torch.bfloat16, max_seq_len={self.max_model_len}, tensor_parallel_size={self.tp}, "
-                        f"pipeline_parallel_size=1, data_parallel_size=1, quantization=fp8, enforce_eager=False, "
-                        f"enable_prefix_caching=True"),
-            self.worker(f"Starting to load model {self.model}..."),
-            "Loading safetensors checkpoint shards:   0% Completed | 0/96 [00:00<?, ?it/s]",
-        ])
+        self._write(
+            [
+                self.api(f"vLLM API server version {self.version}"),
+                self.api(
+                    f"non-default args: {{'model': '{self.model}', 'max_model_len': {self.max_model_len}, "
+                    f"'tensor_parallel_size': {self.tp}, 'gpu_memory_utilization': {self.gpu_memory_utilization:g}, "
+                    f"'enable_prefix_caching': True}}",
+                    src="utils.py:328",
+                ),
+                self.engine(
+                    f"Initializing a V1 LLM engine (v{self.version}) with config: model='{self.model}', "
+                    f"dtype=torch.bfloat16, max_seq_len={self.max_model_len}, tensor_parallel_size={self.tp}, "
+                    f"pipeline_parallel_size=1, data_parallel_size=1, quantization=fp8, enforce_eager=False, "
+                    f"enable_prefix_caching=True"
+                ),
+                self.worker(f"Starting to load model {self.model}..."),
+                "Loading safetensors checkpoint shards:   0% Completed | 0/96 [00:00<?, ?it/s]",
+            ]
+        )
 
     def weights_loaded(self) -> None:
-        self._write([
-            "Loading safetensors checkpoint shards: 100% Completed | 96/96 [06:21<00:00,  3.97s/it]",
-            self.worker("Loading weights took 381.40 seconds", src="default_loader.py:267"),
-            self.worker("Model loading took 178.4316 GiB memory and 387.921540 seconds", src="gpu_model_runner.py:2653"),
-            self.worker("Using cache directory: /root/.cache/vllm/torch_compile_cache/7c1e2f3a9b/rank_0_0/backbone for "
-                        "vLLM's torch.compile", src="backends.py:548"),
-            self.worker("torch.compile takes 27.46 s in total", src="monitor.py:34"),
-        ])
+        self._write(
+            [
+                "Loading safetensors checkpoint shards: 100% Completed | 96/96 [06:21<00:00,  3.97s/it]",
+                self.worker("Loading weights took 381.40 seconds", src="default_loader.py:267"),
+                self.worker(
+                    "Model loading took 178.4316 GiB memory and 387.921540 seconds", src="gpu_model_runner.py:2653"
+                ),
+                self.worker(
+                    "Using cache directory: /root/.cache/vllm/torch_compile_cache/7c1e2f3a9b/rank_0_0/backbone for "
+                    "vLLM's torch.compile",
+                    src="backends.py:548",
+                ),
+                self.worker("torch.compile takes 27.46 s in total", src="monitor.py:34"),
+            ]
+        )
 
     def kv_cache_sized(self, tokens: int = 2_715_392) -> None:
-        self._write([
-            self.worker("Memory profiling takes 33.12 seconds. Total non KV cache memory: 191.22GiB; torch peak memory "
-                        "increase: 9.87GiB; non-torch forward increase memory: 2.91GiB; weights memory: 178.43GiB.",
-                        src="gpu_worker.py:276"),
-            self.worker("Available KV cache memory: 64.82 GiB", src="gpu_worker.py:298"),
-            self.engine(f"GPU KV cache size: {tokens:,} tokens", src="kv_cache_utils.py:1087"),
-            self.engine(f"Maximum concurrency for {self.max_model_len:,} tokens per request: "
-                        f"{tokens / self.max_model_len:.2f}x", src="kv_cache_utils.py:1091"),
-            "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  52%|#####     | 35/67 [00:05<00:04,  7.1it/s]",
-        ])
+        self._write(
+            [
+                self.worker(
+                    "Memory profiling takes 33.12 seconds. Total non KV cache memory: 191.22GiB; torch peak memory "
+                    "increase: 9.87GiB; non-torch forward increase memory: 2.91GiB; weights memory: 178.43GiB.",
+                    src="gpu_worker.py:276",
+                ),
+                self.worker("Available KV cache memory: 64.82 GiB", src="gpu_worker.py:298"),
+                self.engine(f"GPU KV cache size: {tokens:,} tokens", src="kv_cache_utils.py:1087"),
+                self.engine(
+                    f"Maximum concurrency for {self.max_model_len:,} tokens per request: "
+                    f"{tokens / self.max_model_len:.2f}x",
+                    src="kv_cache_utils.py:1091",
+                ),
+                "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  52%|#####     | 35/67 [00:05<00:04,  7.1it/s]",
+            ]
+        )
 
     def ready(self) -> None:
-        self._write([
-            self.worker("Graph capturing finished in 14 secs, took 2.31 GiB", src="gpu_model_runner.py:3480"),
-            self.engine("init engine (profile, create kv cache, warmup model) took 71.64 seconds", src="core.py:210"),
-            self.api("Starting vLLM API server 0 on http://0.0.0.0:8000", src="api_server.py:1912"),
-            "(APIServer pid=1) INFO:     Application startup complete.",
-        ])
+        self._write(
+            [
+                self.worker("Graph capturing finished in 14 secs, took 2.31 GiB", src="gpu_model_runner.py:3480"),
+                self.engine(
+                    "init engine (profile, create kv cache, warmup model) took 71.64 seconds", src="core.py:210"
+                ),
+                self.api("Starting vLLM API server 0 on http://0.0.0.0:8000", src="api_server.py:1912"),
+                "(APIServer pid=1) INFO:     Application startup complete.",
+            ]
+        )
 
     def healthy_startup(self) -> None:
         """A whole start that ends ready, as one call."""
@@ -121,55 +161,111 @@ class VllmLogWriter:
         self.ready()
 
     def stats(self, running: int, waiting: int, kv_usage: float, hit: float) -> None:
-        self._write([
-            self.api(stats_message(running, waiting, kv_usage, hit), src="loggers.py:123"),
-            ACCESS_OK,
-        ])
+        self._write(
+            [
+                self.api(stats_message(running, waiting, kv_usage, hit), src="loggers.py:123"),
+                ACCESS_OK,
+            ]
+        )
 
     def oom(self, stage: str) -> None:
         """The lines a real failure at this stage prints: frames naming the step, one traceback per rank."""
         frames = {
-            "weight_loading": [("vllm/model_executor/model_loader/base_loader.py", 55, "load_model"),
-                               ("vllm/model_executor/models/kimi_linear.py", 512, "load_weights")],
-            "graph_capture": [("vllm/v1/worker/gpu_worker.py", 368, "compile_or_warm_up_model"),
-                              ("vllm/v1/worker/gpu_model_runner.py", 3411, "capture_model")],
-            "kv_cache_alloc": [("vllm/v1/engine/core.py", 215, "_initialize_kv_caches"),
-                               ("vllm/v1/worker/gpu_model_runner.py", 4120, "_allocate_kv_cache_tensors")],
-            "warmup": [("vllm/v1/worker/gpu_worker.py", 330, "compile_or_warm_up_model"),
-                       ("vllm/v1/worker/gpu_model_runner.py", 2412, "_dummy_sampler_run")],
-            "prefill": [("vllm/v1/engine/core.py", 360, "step"),
-                        ("vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model")],
-            "decode": [("vllm/v1/engine/core.py", 360, "step"),
-                       ("vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model")],
+            "weight_loading": [
+                ("vllm/model_executor/model_loader/base_loader.py", 55, "load_model"),
+                ("vllm/model_executor/models/kimi_linear.py", 512, "load_weights"),
+            ],
+            "graph_capture": [
+                ("vllm/v1/worker/gpu_worker.py", 368, "compile_or_warm_up_model"),
+                ("vllm/v1/worker/gpu_model_runner.py", 3411, "capture_model"),
+            ],
+            "kv_cache_alloc": [
+                ("vllm/v1/engine/core.py", 215, "_initialize_kv_caches"),
+                ("vllm/v1/worker/gpu_model_runner.py", 4120, "_allocate_kv_cache_tensors"),
+            ],
+            "warmup": [
+                ("vllm/v1/worker/gpu_worker.py", 330, "compile_or_warm_up_model"),
+                ("vllm/v1/worker/gpu_model_runner.py", 2412, "_dummy_sampler_run"),
+            ],
+            "prefill": [
+                ("vllm/v1/engine/core.py", 360, "step"),
+                ("vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model"),
+            ],
+            "decode": [
+                ("vllm/v1/engine/core.py", 360, "step"),
+                ("vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model"),
+            ],
         }[stage]
         lines: list[str] = []
         if stage in ("prefill", "decode"):
-            new = ("[NewRequestData(req_id=chatcmpl-sim-1,prompt_token_ids_len=180224,mm_features=[])]"
-                   if stage == "prefill" else "[]")
+            new = (
+                "[NewRequestData(req_id=chatcmpl-sim-1,prompt_token_ids_len=180224,mm_features=[])]"
+                if stage == "prefill"
+                else "[]"
+            )
             sched = "{chatcmpl-sim-1: 16384}" if stage == "prefill" else "{chatcmpl-sim-2: 1, chatcmpl-sim-3: 1}"
-            lines.append(self.engine(f"Dumping scheduler output for model execution: SchedulerOutput("
-                                     f"scheduled_new_reqs={new}, num_scheduled_tokens={sched}, "
-                                     f"total_num_scheduled_tokens=16385)", "ERROR", "dump_input.py:79"))
+            lines.append(
+                self.engine(
+                    f"Dumping scheduler output for model execution: SchedulerOutput("
+                    f"scheduled_new_reqs={new}, num_scheduled_tokens={sched}, "
+                    f"total_num_scheduled_tokens=16385)",
+                    "ERROR",
+                    "dump_input.py:79",
+                )
+            )
             lines.append(self.engine("EngineCore encountered a fatal error.", "ERROR", "core.py:916"))
             lines.append(self.engine("Traceback (most recent call last):", "ERROR", "core.py:916"))
             for path, no, func in frames:
-                lines.append(self.engine(f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line {no}, in {func}',
-                                         "ERROR", "core.py:916"))
-            lines.append(self.engine("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.03 GiB. GPU 3 has a "
-                                     "total capacity of 279.28 GiB of which 5.12 GiB is free.", "ERROR", "core.py:916"))
-            lines.append(self.api("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
-                                  "stack trace (above) for the root cause.", "ERROR", "async_llm.py:485"))
+                lines.append(
+                    self.engine(
+                        f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line {no}, in {func}',
+                        "ERROR",
+                        "core.py:916",
+                    )
+                )
+            lines.append(
+                self.engine(
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.03 GiB. GPU 3 has a "
+                    "total capacity of 279.28 GiB of which 5.12 GiB is free.",
+                    "ERROR",
+                    "core.py:916",
+                )
+            )
+            lines.append(
+                self.api(
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See "
+                    "stack trace (above) for the root cause.",
+                    "ERROR",
+                    "async_llm.py:485",
+                )
+            )
         else:
             for rank in range(min(self.tp, 2)):
                 lines.append(self.worker("WorkerProc failed to start.", rank, "ERROR", "multiproc_executor.py:743"))
-                lines.append(self.worker("Traceback (most recent call last):", rank, "ERROR", "multiproc_executor.py:743"))
+                lines.append(
+                    self.worker("Traceback (most recent call last):", rank, "ERROR", "multiproc_executor.py:743")
+                )
                 for path, no, func in frames:
-                    lines.append(self.worker(f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line {no}, in '
-                                             f"{func}", rank, "ERROR", "multiproc_executor.py:743"))
-                lines.append(self.worker(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
-                                         f"{rank} has a total capacity of 279.28 GiB of which 1.10 GiB is free.", rank,
-                                         "ERROR", "multiproc_executor.py:743"))
+                    lines.append(
+                        self.worker(
+                            f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line {no}, in {func}',
+                            rank,
+                            "ERROR",
+                            "multiproc_executor.py:743",
+                        )
+                    )
+                lines.append(
+                    self.worker(
+                        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+                        f"{rank} has a total capacity of 279.28 GiB of which 1.10 GiB is free.",
+                        rank,
+                        "ERROR",
+                        "multiproc_executor.py:743",
+                    )
+                )
             lines.append(self.engine("EngineCore failed to start.", "ERROR", "core.py:843"))
-            lines.append("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
-                         "Failed core proc(s): {}")
+            lines.append(
+                "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {}"
+            )
         self._write(lines)

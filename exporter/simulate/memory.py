@@ -33,8 +33,10 @@ class VllmMemoryModel:
         if not 0 < self.utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.utilization}")
         if self.kv_cache <= 0:
-            raise ValueError("weights and activations exceed the budget: vLLM would refuse to start "
-                             "(no available memory for the cache blocks)")
+            raise ValueError(
+                "weights and activations exceed the budget: vLLM would refuse to start "
+                "(no available memory for the cache blocks)"
+            )
 
     @property
     def kv_cache(self) -> float:

@@ -47,8 +47,11 @@ class Scenario:
 
 
 def builtin_scenarios() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("exporter.simulate").joinpath("scenarios").iterdir()
-                  if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[:-5]
+        for p in resources.files("exporter.simulate").joinpath("scenarios").iterdir()
+        if p.name.endswith(".yaml")
+    )
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -78,7 +81,9 @@ def parse_scenario(data: Any, name: str) -> Scenario:
             if key == "action":
                 continue
             if key in RAMPS:
-                if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
+                if not (
+                    isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)
+                ):
                     raise ScenarioError(f"{where}.{key}: expected [from, to]")
             elif key in NUMBERS:
                 if not isinstance(value, (int, float)) or value < 0:
@@ -94,19 +99,29 @@ def parse_scenario(data: Any, name: str) -> Scenario:
     unknown = set(data) - {"description", "steps", "gpus", "gpu_memory_utilization"}
     if unknown:
         raise ScenarioError(f"{name}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    return Scenario(name, str(data.get("description", "")), data["steps"], [str(g) for g in data.get("gpus", [])],
-                    float(util))
+    return Scenario(
+        name, str(data.get("description", "")), data["steps"], [str(g) for g in data.get("gpus", [])], float(util)
+    )
 
 
 class SimulatedServer:
     """One simulated vLLM server: a listener on a fixed port, its log file, and the GPUs it loads."""
 
-    def __init__(self, name: str, scenario: Scenario, log_path: str, port: int, gpus: FakeGpuBackend | None = None,
-                 engines: int = 1, old_names: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        scenario: Scenario,
+        log_path: str,
+        port: int,
+        gpus: FakeGpuBackend | None = None,
+        engines: int = 1,
+        old_names: bool = False,
+    ) -> None:
         self.name = name
         self.scenario = scenario
-        self.metrics = VllmMetrics(engines=engines, old_names=old_names,
-                                   gpu_memory_utilization=scenario.gpu_memory_utilization)
+        self.metrics = VllmMetrics(
+            engines=engines, old_names=old_names, gpu_memory_utilization=scenario.gpu_memory_utilization
+        )
         self.memory = VllmMemoryModel(utilization=scenario.gpu_memory_utilization)
         self.standin = VllmStandIn(self.metrics)
         self.listener = Listener(self.standin.app(), port=port)
@@ -179,8 +194,9 @@ class SimulatedServer:
             frac = min(1.0, (now - start) / seconds) if seconds else 1.0
             v = {k: step[k][0] + (step[k][1] - step[k][0]) * frac if k in step else None for k in RAMPS}
             for e in range(self.metrics.engines):
-                self.metrics.set_load(e, EngineLoad(int(v["running"] or 0), int(v["waiting"] or 0),
-                                                    float(v["kv_usage"] or 0)))
+                self.metrics.set_load(
+                    e, EngineLoad(int(v["running"] or 0), int(v["waiting"] or 0), float(v["kv_usage"] or 0))
+                )
             self._carry["requests"] += float(step.get("requests_per_s", 0)) * TICK_S
             self._carry["preemptions"] += float(step.get("preemptions_per_s", 0)) * TICK_S
             n, p = int(self._carry["requests"]), int(self._carry["preemptions"])
@@ -188,9 +204,16 @@ class SimulatedServer:
             self._carry["preemptions"] -= p
             if n or p:
                 hit = float(v["prefix_hit"] or 0)
-                self.metrics.serve_requests(0, n, prompt_tokens=20_000, cached_tokens=int(20_000 * hit),
-                                            output_tokens=400, ttft_s=0.3 + 2 * float(v["kv_usage"] or 0),
-                                            queue_s=0.05 * int(v["waiting"] or 0), preemptions=p)
+                self.metrics.serve_requests(
+                    0,
+                    n,
+                    prompt_tokens=20_000,
+                    cached_tokens=int(20_000 * hit),
+                    output_tokens=400,
+                    ttft_s=0.3 + 2 * float(v["kv_usage"] or 0),
+                    queue_s=0.05 * int(v["waiting"] or 0),
+                    preemptions=p,
+                )
             beyond = float(v["beyond_budget"] or 0)
             self._gpu("ready", beyond)
             if step.get("spike_every") and now >= next_spike:
@@ -199,8 +222,12 @@ class SimulatedServer:
                 self._gpu("ready", beyond)
                 next_spike = now + float(step["spike_every"])
             if now >= next_stats:
-                self.log.stats(int(v["running"] or 0), int(v["waiting"] or 0), float(v["kv_usage"] or 0),
-                               float(v["prefix_hit"] or 0))
+                self.log.stats(
+                    int(v["running"] or 0),
+                    int(v["waiting"] or 0),
+                    float(v["kv_usage"] or 0),
+                    float(v["prefix_hit"] or 0),
+                )
                 next_stats = now + STATS_EVERY_S
             if frac >= 1.0:
                 return

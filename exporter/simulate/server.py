@@ -13,8 +13,9 @@ class VllmStandIn:
     """Serves `metrics.render()` at /metrics like vLLM's API server; `fault` makes it misbehave: one of ok,
     http_500, html, garbage, slow, hang_mid_body, huge."""
 
-    def __init__(self, metrics: VllmMetrics, fault: str = "ok", slow_s: float = 10.0,
-                 huge_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(
+        self, metrics: VllmMetrics, fault: str = "ok", slow_s: float = 10.0, huge_bytes: int = 4 * 1024 * 1024
+    ) -> None:
         self.metrics = metrics
         self.fault = fault
         self.slow_s = slow_s

@@ -56,33 +56,69 @@ def fleet() -> list[ReplayServer]:
     return [
         ReplayServer("healthy-092", "node-1", 0.92, engines=2),
         ReplayServer("healthy-097", "node-2", 0.97),
-        ReplayServer("runtime-oom", "node-3", incident=Incident(
-            "runtime_oom", 2 * d + 15 * 60, ("VllmRuntimeOOM",), ("monitor_and_operate", "runtime_oom"))),
-        ReplayServer("shrinking", "node-3", engines=2, incident=Incident(
-            "capacity_shrinks", 6 * d + 8 * 60, ("VllmRequestsQueueingKVCacheFull",),
-            ("migrate_or_scale", "capacity_queueing"))),
+        ReplayServer(
+            "runtime-oom",
+            "node-3",
+            incident=Incident(
+                "runtime_oom", 2 * d + 15 * 60, ("VllmRuntimeOOM",), ("monitor_and_operate", "runtime_oom")
+            ),
+        ),
+        ReplayServer(
+            "shrinking",
+            "node-3",
+            engines=2,
+            incident=Incident(
+                "capacity_shrinks",
+                6 * d + 8 * 60,
+                ("VllmRequestsQueueingKVCacheFull",),
+                ("migrate_or_scale", "capacity_queueing"),
+            ),
+        ),
         ReplayServer("target-down", "node-4", incident=Incident("target_down", 3 * d + 11 * 60, ("VllmTargetDown",))),
-        ReplayServer("kv-renamed", "node-4", incident=Incident(
-            "kv_series_renamed", 12 * 60, ("VllmKVCacheSeriesMissing",), ("insufficient_data", "no_kv_data"))),
-        ReplayServer("weights-fail", "node-5", incident=Incident(
-            "weights_cannot_load", 4 * d, ("VllmLoadingStageOOM",), ("migrate_or_scale", "weights_cannot_load"))),
-        ReplayServer("kv-fixed", "node-5", incident=Incident(
-            "kv_alloc_fixed_by_restart", 2 * d + 14 * 60, ("VllmLoadingStageOOM",))),
-        ReplayServer("behind-down-exporter", "node-6", incident=Incident(
-            "exporter_down", 1 * d + 10 * 60, ("VllmHeadroomExporterDown",))),
+        ReplayServer(
+            "kv-renamed",
+            "node-4",
+            incident=Incident(
+                "kv_series_renamed", 12 * 60, ("VllmKVCacheSeriesMissing",), ("insufficient_data", "no_kv_data")
+            ),
+        ),
+        ReplayServer(
+            "weights-fail",
+            "node-5",
+            incident=Incident(
+                "weights_cannot_load", 4 * d, ("VllmLoadingStageOOM",), ("migrate_or_scale", "weights_cannot_load")
+            ),
+        ),
+        ReplayServer(
+            "kv-fixed",
+            "node-5",
+            incident=Incident("kv_alloc_fixed_by_restart", 2 * d + 14 * 60, ("VllmLoadingStageOOM",)),
+        ),
+        ReplayServer(
+            "behind-down-exporter",
+            "node-6",
+            incident=Incident("exporter_down", 1 * d + 10 * 60, ("VllmHeadroomExporterDown",)),
+        ),
     ]
 
 
 OOM_KEYS = [(stage, "loading") for stage in LOADING_STAGES] + [(stage, "runtime") for stage in RUNTIME_STAGES]
 # the engine stages each incident passes through, and the memory failures it logs
 STAGES_OF = {
-    "none": ("ready",), "capacity_shrinks": ("ready",), "target_down": ("ready",), "kv_series_renamed": ("ready",),
-    "exporter_down": ("ready",), "runtime_oom": ("ready", "crashed", "weight_loading"),
+    "none": ("ready",),
+    "capacity_shrinks": ("ready",),
+    "target_down": ("ready",),
+    "kv_series_renamed": ("ready",),
+    "exporter_down": ("ready",),
+    "runtime_oom": ("ready", "crashed", "weight_loading"),
     "weights_cannot_load": ("ready", "crashed", "weight_loading"),
     "kv_alloc_fixed_by_restart": ("ready", "crashed", "weight_loading", "kv_cache_alloc"),
 }
-OOMS_OF = {"runtime_oom": (("prefill", "runtime"),), "weights_cannot_load": (("weight_loading", "loading"),),
-           "kv_alloc_fixed_by_restart": (("kv_cache_alloc", "loading"),)}
+OOMS_OF = {
+    "runtime_oom": (("prefill", "runtime"),),
+    "weights_cannot_load": (("weight_loading", "loading"),),
+    "kv_alloc_fixed_by_restart": (("kv_cache_alloc", "loading"),),
+}
 
 
 def load(minute: int, engine: int = 0) -> float:
@@ -181,10 +217,10 @@ class Week:
         for m in range(0, WEEK_MIN + 1, STEP_MIN):
             ts = self.start + m * MINUTE
             for node, members in nodes.items():
-                exporter_up = not any(s.incident.kind == "exporter_down" and 0 <= m - s.incident.at_min < 30
-                                      for s in members)
-                self._s("up", "gauge", {"job": JOB, "instance": f"{node}:9478"}).add(
-                    ts, 1 if exporter_up else 0)
+                exporter_up = not any(
+                    s.incident.kind == "exporter_down" and 0 <= m - s.incident.at_min < 30 for s in members
+                )
+                self._s("up", "gauge", {"job": JOB, "instance": f"{node}:9478"}).add(ts, 1 if exporter_up else 0)
                 if not exporter_up:
                     for s in members:  # counters go on in the daemon's state; nothing is scraped meanwhile
                         self._advance(s, m, count, None)
@@ -199,8 +235,13 @@ class Week:
         budget = max(s.utilization for s in members)
         memory = VllmMemoryModel(utilization=budget)
         for g in ("0",):
-            lab = {**base, "gpu": g, "uuid": f"GPU-{base['instance']}-{g}", "gpu_model": "NVIDIA GB300",
-                   "vendor": "nvidia"}
+            lab = {
+                **base,
+                "gpu": g,
+                "uuid": f"GPU-{base['instance']}-{g}",
+                "gpu_model": "NVIDIA GB300",
+                "vendor": "nvidia",
+            }
             # vLLM holds its budget (plus CUDA graphs) whatever the KV usage; 10 Hz peaks barely differ
             used = memory.used("ready") + 0.0005 * math.sin(m / 37)
             self._s("vllm_headroom_gpu_memory_peak_used_bytes", "gauge", lab).add(ts, round(used * GPU_TOTAL))
@@ -210,8 +251,13 @@ class Week:
         for check in CHECKS[:1]:
             self._s("vllm_headroom_environment_check", "gauge", {**base, "check": check}).add(ts, 1)
 
-    def _advance(self, s: ReplayServer, m: int, count: Callable[[tuple[str, ...], float], float],
-                 out: tuple[dict[str, str], int] | None) -> None:
+    def _advance(
+        self,
+        s: ReplayServer,
+        m: int,
+        count: Callable[[tuple[str, ...], float], float],
+        out: tuple[dict[str, str], int] | None,
+    ) -> None:
         st = state(s, m)
         if not st.exists:
             return
@@ -239,7 +285,8 @@ class Week:
         for stage in ENGINE_STAGES:  # the exporter writes all eight; the replay the ones this server enters
             if stage in STAGES_OF[s.incident.kind]:
                 self._s("vllm_headroom_engine_stage", "gauge", {**srv, "stage": stage}).add(
-                    ts, 1 if stage == st.stage else 0)
+                    ts, 1 if stage == st.stage else 0
+                )
         for (stage, phase), v in oom.items():
             if (stage, phase) not in OOMS_OF.get(s.incident.kind, ()):
                 continue  # a counter that stays 0 all week changes no alert

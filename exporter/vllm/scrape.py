@@ -12,8 +12,17 @@ from exporter.exposition import LabelCache, Sample, parse
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
-ERROR_REASONS = ("refused", "dns", "tls", "timeout", "http_status", "too_large", "unparsable", "no_vllm_metrics",
-                 "other")
+ERROR_REASONS = (
+    "refused",
+    "dns",
+    "tls",
+    "timeout",
+    "http_status",
+    "too_large",
+    "unparsable",
+    "no_vllm_metrics",
+    "other",
+)
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 PARSE_INLINE_BYTES = 64 * 1024  # one vLLM engine's answer (~18 KB) is parsed on the loop; larger ones are not
 
@@ -28,8 +37,9 @@ class ScrapeResult:
     series: dict[str, list[Sample]] = field(default_factory=dict)
 
 
-async def fetch_metrics(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int,
-                        labels: LabelCache | None = None) -> ScrapeResult:
+async def fetch_metrics(
+    session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int, labels: LabelCache | None = None
+) -> ScrapeResult:
     """GET the URL and parse it; never raises for a broken target. `labels`: this target's label cache, kept
     across its scrapes (its label blocks repeat; only values move)."""
     start = time.monotonic()
@@ -38,8 +48,9 @@ async def fetch_metrics(session: aiohttp.ClientSession, url: str, timeout_s: flo
     return result
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int,
-                 labels: LabelCache | None) -> ScrapeResult:
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, timeout_s: float, max_bytes: int, labels: LabelCache | None
+) -> ScrapeResult:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with session.get(url, timeout=timeout, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
@@ -78,6 +89,7 @@ def _parse(chunks: list[bytes], size: int, labels: LabelCache | None = None) -> 
         return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size)
     series = normalize(expo.samples)
     if not series:
-        return ScrapeResult(True, "no_vllm_metrics", "answered, but no vllm: series (--disable-log-stats?)",
-                            size_bytes=size)
+        return ScrapeResult(
+            True, "no_vllm_metrics", "answered, but no vllm: series (--disable-log-stats?)", size_bytes=size
+        )
     return ScrapeResult(True, None, "", size_bytes=size, series=series)
