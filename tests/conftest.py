@@ -71,6 +71,44 @@ def start_prometheus(workdir: Path, config: str, *extra: str) -> Prometheus:
     return Prometheus(url, proc)
 
 
+def start_alertmanager(workdir: Path, config: str) -> tuple[subprocess.Popen, int]:
+    """Debian's Alertmanager on loopback with `config` (YAML text), no clustering; (process, port)."""
+    binary = need("prometheus-alertmanager")
+    port = free_port()
+    (workdir / "alertmanager.yml").write_text(config)
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "alertmanager.log", "wb"),  # noqa: SIM115 - the child owns it
+    )
+    wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
+    return proc, port
+
+
+def webhook_route(hook_port: int, group_by: list[str], group_wait: str = "1s") -> str:
+    """An Alertmanager config sending every alert to one webhook on loopback, grouped by `group_by`."""
+    return f"""
+route:
+  receiver: hook
+  group_by: [{", ".join(group_by)}]
+  group_wait: {group_wait}
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: http://127.0.0.1:{hook_port}/hook
+        send_resolved: false
+"""
+
+
 def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
     """Wait for a Prometheus-style server's /-/ready; its log tells why when it exits instead."""
     deadline = time.monotonic() + timeout

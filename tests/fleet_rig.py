@@ -26,6 +26,8 @@ from exporter.server import build_app
 from exporter.simulate.logs import VllmLogWriter
 from exporter.simulate.server import Listener, VllmStandIn, start
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
+from tests.conftest import start_alertmanager as conftest_start_alertmanager
+from tests.conftest import webhook_route
 
 GIB = 1024**3
 
@@ -198,40 +200,7 @@ class Webhook:
 
 
 def start_alertmanager(workdir, hook_port: int, group_by: list[str]):
-    """Debian's Alertmanager on loopback, sending every group to the webhook; returns (process, port)."""
-    import subprocess
-
-    from tests.conftest import free_port, need, wait_ready
-
-    binary = need("prometheus-alertmanager")
-    port = free_port()
-    (workdir / "alertmanager.yml").write_text(f"""
-route:
-  receiver: hook
-  group_by: [{", ".join(group_by)}]
-  group_wait: 2s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: hook
-    webhook_configs:
-      - url: http://127.0.0.1:{hook_port}/hook
-        send_resolved: false
-""")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "alertmanager.log", "wb"),
-    )  # noqa: SIM115 - the child owns it
-    wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
-    return proc, port
+    return conftest_start_alertmanager(workdir, webhook_route(hook_port, group_by, group_wait="2s"))
 
 
 def dashboard_queries(node: Any) -> list[str]:

@@ -55,3 +55,12 @@ def wrap_docker(text: str, piece: int = 0) -> bytes:
         for chunk in chunks:
             out.append(json.dumps({"log": chunk, "stream": "stderr", "time": stamp}))
     return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def panel_query(expr: str, server: str = "prefill-0", rate_interval: str = "1m") -> str:
+    """A dashboard query with its Grafana variables filled in as "All" would (`.*`), one server named where the
+    panel selects one, and `$__rate_interval` set."""
+    expr = expr.replace('"$server"', f'"{server}"').replace("$__rate_interval", rate_interval)
+    for var in ("job", "cluster", "role", "instance", "server", "model"):
+        expr = expr.replace(f"${var}", ".*")
+    return expr

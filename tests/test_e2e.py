@@ -22,7 +22,9 @@ from exporter.generate.thresholds import Thresholds
 from exporter.server import build_app
 from exporter.simulate.scenario import builtin_scenarios
 from exporter.simulate.server import Listener
-from tests.conftest import free_port, need, start_prometheus, wait_ready
+from tests.conftest import free_port, start_prometheus, webhook_route
+from tests.conftest import start_alertmanager as conftest_start_alertmanager
+from tests.helpers import panel_query
 
 E2E = Thresholds(
     recording_interval="1s",
@@ -98,37 +100,7 @@ class Rig(threading.Thread):
 
 
 def start_alertmanager(workdir, hook_port: int):
-    import subprocess
-
-    binary = need("prometheus-alertmanager")
-    port = free_port()
-    (workdir / "alertmanager.yml").write_text(f"""
-route:
-  receiver: hook
-  group_by: [alertname, server, gpu, stage]
-  group_wait: 1s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: hook
-    webhook_configs:
-      - url: http://127.0.0.1:{hook_port}/hook
-        send_resolved: false
-""")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "alertmanager.log", "wb"),
-    )
-    wait_ready(f"http://127.0.0.1:{port}", proc, workdir / "alertmanager.log")
-    return proc, port
+    return conftest_start_alertmanager(workdir, webhook_route(hook_port, ["alertname", "server", "gpu", "stage"]))
 
 
 @pytest.fixture(scope="module")
@@ -212,19 +184,6 @@ def test_each_scenario_raises_its_alerts_and_no_others(stack):
     assert ann["runbook_url"].endswith("/VllmRuntimeOOM.md") and "prefill" in ann["summary"]
 
 
-def _substitute(expr: str, server: str) -> str:
-    return (
-        expr.replace('"$server"', f'"{server}"')
-        .replace("$__rate_interval", "10s")
-        .replace("$job", ".*")
-        .replace("$cluster", ".*")
-        .replace("$role", ".*")
-        .replace("$instance", ".*")
-        .replace("$server", ".*")
-        .replace("$model", ".*")
-    )
-
-
 def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):
     rig, prom = stack
     deadline = time.monotonic() + DEADLINE_S
@@ -233,7 +192,7 @@ def test_every_dashboard_panel_returns_data_during_the_scenarios(stack):
         pending = []
         for name, board in dashboards(E2E).items():
             for title, expr in panel_queries(board):
-                answer = prom.query(_substitute(expr, "runtime-oom-prefill"))
+                answer = prom.query(panel_query(expr, "runtime-oom-prefill", "10s"))
                 assert answer["status"] == "success", (name, title, expr, answer.get("error"))
                 if not answer["data"]["result"]:
                     pending.append((name, title, expr))

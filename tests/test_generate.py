@@ -17,6 +17,7 @@ from exporter.generate.recording import recording_rules
 from exporter.generate.thresholds import Thresholds, load_thresholds
 from exporter.generate.weekly import weekly_rules
 from tests.conftest import ROOT, need
+from tests.helpers import panel_query
 
 DEFAULT = Thresholds()
 
@@ -165,19 +166,6 @@ def test_bad_thresholds_are_refused(tmp_path):
     assert "kv_queue_for: expected a Prometheus duration" in text
 
 
-def _substitute(expr: str) -> str:
-    return (
-        expr.replace('"$server"', '"prefill-0"')
-        .replace("$__rate_interval", "1m")
-        .replace("$job", ".*")
-        .replace("$cluster", ".*")
-        .replace("$role", ".*")
-        .replace("$instance", ".*")
-        .replace("$server", ".*")
-        .replace("$model", ".*")
-    )
-
-
 def test_dashboards_lint():
     for name, board in dashboards(DEFAULT).items():
         assert board["uid"] == name
@@ -256,7 +244,7 @@ def test_every_referenced_series_exists():
 def test_every_panel_query_parses_in_a_real_prometheus(prometheus):
     for name, board in dashboards(DEFAULT).items():
         for title, expr in panel_queries(board):
-            answer = prometheus.query(_substitute(expr))
+            answer = prometheus.query(panel_query(expr))
             assert answer["status"] == "success", (name, title, expr, answer.get("error"))
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 import urllib.request
@@ -30,7 +29,7 @@ import yaml
 from exporter.duration import prometheus_seconds
 from exporter.simulate.week import WEEK_MIN, Week, fleet
 from tests.backfill import backfill_rules, blocks_from_openmetrics, passes_by_dependency, query_range
-from tests.conftest import ROOT, free_port, need, start_prometheus, wait_ready
+from tests.conftest import ROOT, start_alertmanager, start_prometheus
 
 STEP_S = 60  # the rule groups' evaluation interval
 # the week fixture (generate, backfill, evaluate: 2-5 minutes on a busy 2-core machine) counts against the first
@@ -205,11 +204,9 @@ class _Hook(BaseHTTPRequestHandler):
 def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
     """The week's firing episodes, replayed in order into a real Alertmanager routed as we ship it (pages to one
     receiver, tickets to another, grouped by alert and server): one page notification per paging incident."""
-    binary = need("prometheus-alertmanager")
     hook = HTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{hook.server_address[1]}"
-    port = free_port()
     shipped = yaml.safe_load((ROOT / "deploy" / "compose" / "alertmanager.yml").read_text())
     # the shipped routing, grouping and inhibition; only the receivers' URLs and the timers are ours
     receivers = [r["name"] for r in shipped["receivers"]]
@@ -220,21 +217,8 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
         sub.pop("repeat_interval", None)
     page_receiver = next(sub["receiver"] for sub in shipped["route"]["routes"] if sub["matchers"] == ['routing="page"'])
     assert page_receiver in receivers
-    (tmp_path / "am.yml").write_text(yaml.safe_dump(shipped))
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'am'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "am.log", "wb"),
-    )
+    proc, port = start_alertmanager(tmp_path, yaml.safe_dump(shipped))
     try:
-        wait_ready(f"http://127.0.0.1:{port}", proc, tmp_path / "am.log")
         _Hook.received = []
         pages = [e for e in week["episodes"] if e["labels"]["routing"] == "page"]
         assert pages
