@@ -1,11 +1,11 @@
-"""A simulated week of a small fleet, as the exporter's series at one sample a minute, for the page-budget replay.
+"""A simulated week of a small fleet, as the exporter's series every two minutes, for the page-budget replay.
 
 Healthy servers behave as vLLM does (exporter/simulate/memory.py): GPU memory sits at the
 gpu_memory_utilization budget (0.92 and 0.97) from readiness on; the KV cache fills at peak hours with no
 capacity queue; a few preemptions and a short queue burst at the daily peak that clear; quiet nights with no
 requests and no log lines (vLLM logs its stats at debug level when idle). Each incident server is healthy but
 for one injected incident. Writing the series directly (not through the daemon's collector, which takes
-tens of milliseconds a step) keeps a week at a minute resolution within a test's time; a test checks that every
+tens of milliseconds a step) keeps a week at that resolution within a test's time; a test checks that every
 series here has the exporter's own name and label names.
 
 The output is OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`.
@@ -181,7 +181,7 @@ def state(s: ReplayServer, m: int) -> State:
 
 
 class Series:
-    """Samples of one series, appended minute by minute; a gap is a minute without a sample."""
+    """Samples of one series, appended step by step; a gap is a step without a sample."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[int, float]] = []
