@@ -24,8 +24,10 @@ log = logging.getLogger("vllm_headroom.demo")
 DEFAULT_SCENARIOS = ("healthy", "shrinking_headroom", "runtime_oom_prefill", "gpu_spike")
 # What to look at, per built-in scenario (the server is named after it, `_` as `-`). Others show their description.
 HINTS = {
-    "healthy": "KV-cache headroom steady, no OOMs: nothing should page",
-    "shrinking_headroom": "KV-cache headroom falls toward 0, requests queue, preemptions climb",
+    "healthy": "the KV cache fills at peak with no queue and GPUs 0-1 sit at the 0.92 budget (vLLM by design): "
+    "nothing should page",
+    "healthy_high_utilization": "GPU 2 sits at its 0.97 budget all day, by design: nothing should page",
+    "shrinking_headroom": "KV-cache headroom falls toward 0, requests wait for capacity, preemptions climb: pages",
     "runtime_oom_prefill": 'a runtime OOM during prefill (oom_events_total{stage="prefill",phase="runtime"}), then a '
     "restart (engine_stage goes through weight_loading .. ready)",
     "gpu_spike": 'gpu_memory_peak_used_bytes{gpu="3"} catches 150 ms spikes that used_bytes misses',
