@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from exporter import __version__, derive
+from exporter.catalog import family
 from exporter.encode import Rendered
 from exporter.environment import CHECKS, evaluate, safe_version
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
@@ -57,16 +58,6 @@ STARTUP_STAGES = (
     "engine_init",
     "time_to_ready",
 )
-
-
-def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    """One of our gauge families: `vllm_headroom_` + name."""
-    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
-
-
-def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    """One of our counter families (prometheus_client adds `_total`)."""
-    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
 
 
 def _decorated(
@@ -118,29 +109,22 @@ class HeadroomCollector:
         yield from self._reexport(states)  # rendered with the labels already
         yield from _decorated(self._gpus(), extra, owners, cluster)
         yield from _decorated(self._environment(states, facts), extra, owners, cluster)
-        info = gauge("build_info", "vllm-headroom's version; always 1.", ["version"])
+        info = family("build_info")
         info.add_metric([__version__], 1)
         yield from _decorated([info], extra, owners, cluster)
-        dur = gauge("collect_duration_seconds", "Time this /metrics answer took to build.", [])
+        dur = family("collect_duration_seconds")
         dur.add_metric([], time.monotonic() - start)
         yield from _decorated([dur], extra, owners, cluster)
 
     # -- scraping ------------------------------------------------------------------------------
 
     def _targets(self, states: list["ServerState"]) -> Iterator[Metric]:
-        up = gauge("target_up", "1 if the last scrape of this vLLM server's /metrics succeeded.", ["server"])
-        dur = gauge("scrape_duration_seconds", "How long the last scrape of this vLLM server took.", ["server"])
-        last = gauge("last_scrape_success_timestamp_seconds", "Unix time of the last successful scrape.", ["server"])
-        errs = counter(
-            "scrape_errors", "Failed scrapes of a vLLM server, by reason (a fixed set).", ["server", "reason"]
-        )
-        size = gauge("scrape_response_bytes", "Size of the last /metrics answer of this vLLM server.", ["server"])
-        dropped = counter(
-            "series_dropped",
-            "vLLM samples dropped: repeated label sets, (model_name, engine) pairs "
-            "beyond the cap of 64, re-exported samples beyond 20000 per server.",
-            ["server"],
-        )
+        up = family("target_up")
+        dur = family("scrape_duration_seconds")
+        last = family("last_scrape_success_timestamp_seconds")
+        errs = family("scrape_errors")
+        size = family("scrape_response_bytes")
+        dropped = family("series_dropped")
         for st in states:
             if st.config.url is None:  # a rank whose API server another node's exporter scrapes
                 continue
@@ -158,54 +142,23 @@ class HeadroomCollector:
     # -- logs ----------------------------------------------------------------------------------
 
     def _logs(self, states: list["ServerState"]) -> Iterator[Metric]:  # noqa: C901  goes with collectors per domain
-        ready = gauge(
-            "engine_ready",
-            "1 once the log or the server says the engine serves; 0 while loading or after a crash.",
-            ["server"],
-        )
-        stage = gauge(
-            "engine_stage",
-            "1 for the stage the engine is in now (from its log; ready/unknown from the "
-            "scrape when no log is followed).",
-            ["server", "stage"],
-        )
-        ooms = counter(
-            "oom_events",
-            "Memory failures found in the vLLM log, tagged with the stage they hit. One "
-            "failure printed by many ranks counts once.",
-            ["server", "stage", "phase"],
-        )
-        events = counter("log_events", "Other events found in the vLLM log.", ["server", "event"])
-        startup = gauge(
-            "startup_stage_duration_seconds", "Startup step durations as the vLLM log states them.", ["server", "stage"]
-        )
-        memory = gauge(
-            "startup_memory_bytes",
-            "Per-GPU memory split vLLM's startup log states: weights, activation "
-            "peak, non-torch memory, KV cache, CUDA graphs.",
-            ["server", "part"],
-        )
+        ready = family("engine_ready")
+        stage = family("engine_stage")
+        ooms = family("oom_events")
+        events = family("log_events")
+        startup = family("startup_stage_duration_seconds")
+        memory = family("startup_memory_bytes")
         health = {
-            "log_bytes_read": counter("log_bytes_read", "Bytes read from the vLLM log.", ["server"]),
-            "log_lines_read": counter("log_lines_read", "Lines read from the vLLM log.", ["server"]),
-            "log_rotations": counter(
-                "log_rotations", "Times the log was rotated (renamed away) and followed.", ["server"]
-            ),
-            "log_truncations": counter(
-                "log_truncations", "Times the log was truncated in place (copytruncate).", ["server"]
-            ),
-            "log_bytes_skipped": counter(
-                "log_bytes_skipped",
-                "Bytes not analysed: the rest of over-long lines, and bytes truncated away before they were read.",
-                ["server"],
-            ),
-            "log_lines_cut": counter("log_lines_cut", "Lines over the length cap, cut to it.", ["server"]),
-            "log_read_errors": counter("log_read_errors", "Errors opening or reading the log.", ["server"]),
+            "log_bytes_read": family("log_bytes_read"),
+            "log_lines_read": family("log_lines_read"),
+            "log_rotations": family("log_rotations"),
+            "log_truncations": family("log_truncations"),
+            "log_bytes_skipped": family("log_bytes_skipped"),
+            "log_lines_cut": family("log_lines_cut"),
+            "log_read_errors": family("log_read_errors"),
         }
-        present = gauge("log_file_present", "1 if the configured log file exists.", ["server"])
-        last_read = gauge(
-            "log_last_read_timestamp_seconds", "Unix time new bytes were last read from the log.", ["server"]
-        )
+        present = family("log_file_present")
+        last_read = family("log_last_read_timestamp_seconds")
         for st in states:
             t = st.tailer
             if t is None:
@@ -257,42 +210,16 @@ class HeadroomCollector:
     # -- KV cache and prefix cache -------------------------------------------------------------------
 
     def _kv(self, states: list["ServerState"], all_facts: dict[str, dict]) -> Iterator[Metric]:
-        usage = gauge(
-            "kv_cache_usage_ratio",
-            "KV-cache usage 0..1 per DP engine, from vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before 0.10).",
-            ["server", "model_name", "engine"],
-        )
-        headroom = gauge(
-            "kv_cache_headroom_ratio", "1 - KV-cache usage, per DP engine.", ["server", "model_name", "engine"]
-        )
-        cap = gauge(
-            "kv_cache_capacity_tokens",
-            "KV-cache capacity in tokens per engine: vllm:cache_config_info where "
-            "it has it, else the startup log's 'GPU KV cache size'.",
-            ["server"],
-        )
-        cap_log = gauge("kv_cache_capacity_log_tokens", "KV-cache capacity the startup log states.", ["server"])
-        mismatch = gauge(
-            "kv_cache_capacity_mismatch",
-            "1 when the metric and the log disagree on KV capacity by more than 10% (seen on hybrid models).",
-            ["server"],
-        )
-        conc = gauge("max_concurrency", "vLLM's own maximum concurrency for max_model_len-token requests.", ["server"])
-        hit = gauge(
-            "prefix_cache_hit_ratio",
-            "Prefix-cache hits / queries (tokens) over the configured window, summed "
-            "over engines, reset-safe; absent with no queries.",
-            ["server", "model_name"],
-        )
-        enabled = gauge("prefix_cache_enabled", "1 if prefix caching is on (cache_config_info or the log).", ["server"])
-        budget = gauge(
-            "gpu_memory_utilization_ratio",
-            "The gpu_memory_utilization vLLM was started with: the share of "
-            "each GPU it claims and fills with weights, activations and KV cache (vllm:cache_config_info, "
-            "else the startup log).",
-            ["server"],
-        )
-        window = gauge("prefix_cache_window_seconds", "The window of prefix_cache_hit_ratio.", [])
+        usage = family("kv_cache_usage_ratio")
+        headroom = family("kv_cache_headroom_ratio")
+        cap = family("kv_cache_capacity_tokens")
+        cap_log = family("kv_cache_capacity_log_tokens")
+        mismatch = family("kv_cache_capacity_mismatch")
+        conc = family("max_concurrency")
+        hit = family("prefix_cache_hit_ratio")
+        enabled = family("prefix_cache_enabled")
+        budget = family("gpu_memory_utilization_ratio")
+        window = family("prefix_cache_window_seconds")
         window.add_metric([], self.d.cfg.prefix_cache_window_s)
         for st in states:
             for (model, engine), u in sorted(st.kv_usage.items()):
@@ -345,33 +272,18 @@ class HeadroomCollector:
 
     def _gpus(self) -> Iterator[Metric]:
         sampler = self.d.gpu
-        labels = ["gpu", "uuid", "gpu_model", "vendor"]
         window = f"sampled every {sampler.interval_s:g}s" if sampler else "not sampled"
-        used = gauge("gpu_memory_used_bytes", f"GPU memory in use at the last sample ({window}).", labels)
-        total = gauge("gpu_memory_total_bytes", "GPU memory in total.", labels)
-        reserved = gauge("gpu_memory_reserved_bytes", "Driver-reserved GPU memory (NVML memory v2).", labels)
+        used = family("gpu_memory_used_bytes", window=window)
+        total = family("gpu_memory_total_bytes")
+        reserved = family("gpu_memory_reserved_bytes")
         span = f"the last {sampler.peak_window_s:g}s" if sampler else "a trailing window"
-        peak = gauge(
-            "gpu_memory_peak_used_bytes",
-            f"Highest GPU memory in use over the samples of {span} ({window}): "
-            "a prefill spike between two scrapes still shows, and reading this resets nothing.",
-            labels,
-        )
-        head = gauge(
-            "gpu_memory_headroom_ratio",
-            f"(total - peak) / total, peak over {span}. Judge it against the "
-            "budget vLLM was given (gpu_memory_utilization_ratio), not against 0.",
-            labels,
-        )
-        up = gauge("gpu_up", "1 if the last read of this GPU succeeded.", labels)
-        errs = counter("gpu_read_errors", "Failed reads of this GPU's memory.", labels)
-        lost = counter("gpu_lost", "Reads that found the GPU lost (fallen off the bus).", labels)
-        procs = gauge(
-            "gpu_process_memory_used_bytes",
-            "GPU memory per process (host PID, read at most once a second).",
-            ["gpu", "uuid", "pid"],
-        )
-        interval = gauge("gpu_sample_interval_seconds", "How often GPU memory is sampled.", [])
+        peak = family("gpu_memory_peak_used_bytes", span=span, window=window)
+        head = family("gpu_memory_headroom_ratio", span=span)
+        up = family("gpu_up")
+        errs = family("gpu_read_errors")
+        lost = family("gpu_lost")
+        procs = family("gpu_process_memory_used_bytes")
+        interval = family("gpu_sample_interval_seconds")
         if sampler is not None:
             interval.add_metric([], sampler.interval_s)
             for st in sampler.collect():
@@ -399,11 +311,7 @@ class HeadroomCollector:
         models = [st.info.model for st in sampler.states.values()] if sampler else []
         vendor = next(iter(sampler.states.values())).info.vendor if sampler and sampler.states else None
         versions = [v for v in (safe_version(all_facts[st.name].get("vllm_version")) for st in states) if v]
-        info = gauge(
-            "environment_info",
-            "The node's GPU environment; always 1.",
-            ["driver_version", "cuda_driver_version", "gpu_model", "gpu_count", "vendor"],
-        )
+        info = family("environment_info")
         if sampler is not None:
             info.add_metric(
                 [
@@ -415,24 +323,18 @@ class HeadroomCollector:
                 ],
                 1,
             )
-        vinfo = gauge("vllm_info", "vLLM version per server, from its startup log; always 1.", ["server", "version"])
+        vinfo = family("vllm_info")
         for st in states:
             v = safe_version(all_facts[st.name].get("vllm_version"))
             if v:
                 vinfo.add_metric([st.name, v], 1)
-        cfg = gauge(
-            "vllm_config_info",
-            "What each server's startup log states of its parallel layout and limits (numbers only); always 1.",
-            ["server"] + list(CONFIG_FACTS),
-        )
+        cfg = family("vllm_config_info")
         for st in states:
             facts = all_facts[st.name]
             values = [_number_label(facts.get(k)) for k in CONFIG_FACTS]
             if any(values):
                 cfg.add_metric([st.name] + values, 1)
-        check = gauge(
-            "environment_check", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.", ["check"]
-        )
+        check = family("environment_check")
         results = evaluate(self.d.cfg.environment, vendor, driver, models, versions)
         for name in CHECKS:
             if name in results:

@@ -34,6 +34,7 @@ def dump_yaml(data: Any) -> str:
 def outputs(t: Thresholds) -> dict[str, str]:
     """Every generated file, path -> content, so callers can write them or compare them."""
     from exporter.generate.dashboards import dashboards
+    from exporter.generate.metrics_doc import metrics_doc
     from exporter.generate.runbooks import runbooks
 
     specs = alert_specs(t)  # built once, used by the rules, their tests and the runbooks
@@ -53,6 +54,7 @@ def outputs(t: Thresholds) -> dict[str, str]:
     for name, board in dashboards(t).items():
         files[f"dashboards/{name}.json"] = json.dumps(board, indent=2, sort_keys=True) + "\n"
     files.update(runbooks(t, specs))
+    files["docs/metrics.md"] = metrics_doc()
     return files
 
 
