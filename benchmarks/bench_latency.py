@@ -20,7 +20,7 @@ import urllib.request
 import yaml
 
 from benchmarks.common import free_port, record
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 
 OOM = (
     "(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "

@@ -19,7 +19,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import record
-from exporter.exposition import LabelCache, parse
+from exporter.exposition_parser import LabelCache, parse
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from exporter.exposition import Sample
+from exporter.exposition_parser import Sample
 from exporter.vllm import names
 
 CAPACITY_MISMATCH = 0.10  # metric and log disagree by more than this fraction: flagged

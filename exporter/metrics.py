@@ -13,8 +13,8 @@ from prometheus_client.core import Metric
 
 from exporter import __version__, derive
 from exporter.catalog import family
-from exporter.encode import Rendered
 from exporter.environment import CHECKS, evaluate, safe_version
+from exporter.exposition_writer import Rendered
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
 from exporter.reexport import PREFIX, reexport_families
 from exporter.vllm.scrape import ERROR_REASONS

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client.samples import Sample as PCSample
 
-from exporter.encode import sample_line
+from exporter.exposition_writer import sample_line
 from exporter.vllm import names
 
 PREFIX = "vllm_headroom_"

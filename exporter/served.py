@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 
 from prometheus_client.registry import Collector
 
-from exporter.encode import openmetrics_format, text_format
+from exporter.exposition_writer import openmetrics_format, text_format
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

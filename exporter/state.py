@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter import derive
 from exporter.config import Config, ServerConfig, redact_text
-from exporter.exposition import LabelCache
+from exporter.exposition_parser import LabelCache
 from exporter.reexport import render_reexport
 from exporter.vllm.names import PASS_LABELS
 from exporter.vllm.scrape import ScrapeResult

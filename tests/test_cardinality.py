@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import ServerConfig
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.state import MAX_REEXPORTED, ServerState
 from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult

@@ -7,7 +7,7 @@ import time
 from exporter.catalog import FAMILIES, PREFIX
 from exporter.config import parse_config
 from exporter.daemon import Daemon
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.generate.metrics_doc import metrics_doc
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler

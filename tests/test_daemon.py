@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import parse_config
 from exporter.daemon import Daemon
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
 from exporter.server import build_app
@@ -289,7 +289,7 @@ def test_engine_ready_drops_when_the_server_stops_answering(tmp_path):
 def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-    from exporter.encode import text_format
+    from exporter.exposition_writer import text_format
 
     r = CollectorRegistry()
     Gauge("g", "doc with \\ and\nnewline", ["a"], registry=r).labels('v "q" \\ \n').set(float("nan"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter import derive
 from exporter.config import ServerConfig
-from exporter.exposition import Sample, parse
+from exporter.exposition_parser import Sample, parse
 from exporter.state import ServerState
 from exporter.vllm import names
 from exporter.vllm.names import normalize

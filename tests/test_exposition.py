@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
 
@@ -104,7 +104,7 @@ def test_lines_needing_care_keep_their_place_and_spoil_nothing_else():
 
 @pytest.mark.parametrize("engines", [1, 8])
 def test_crlf_and_a_kept_label_cache_change_nothing(engines):
-    from exporter.exposition import LabelCache
+    from exporter.exposition_parser import LabelCache
 
     text = payload(engines, False)
     want = ours(text)

@@ -100,7 +100,7 @@ def test_fleet_config_mistakes_are_all_named_at_once():
 def _reexported(text: str, role: str) -> dict[str, list]:
     from exporter.config import ServerConfig
     from exporter.daemon import ServerState
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
     from exporter.vllm.names import normalize
     from exporter.vllm.scrape import ScrapeResult
 
@@ -218,7 +218,7 @@ def test_check_config_says_what_this_node_would_watch(tmp_path, capsys):
 
 
 def test_a_configured_cluster_and_gpu_owners_label_every_series(tmp_path):
-    from exporter.encode import text_format
+    from exporter.exposition_writer import text_format
     from exporter.gpu.fake import FakeGpuBackend
     from exporter.gpu.sampler import GpuSampler
 

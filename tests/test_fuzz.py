@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.logs.formats import LogLine
 from exporter.logs.stages import LogAnalyzer
 from exporter.triage import triage_stream

@@ -191,7 +191,7 @@ def exported_names() -> set[str]:
 
     from exporter.config import parse_config
     from exporter.daemon import Daemon
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
     from exporter.gpu.fake import FakeGpuBackend
     from exporter.gpu.sampler import GpuSampler
     from exporter.simulate.vllm_metrics import VllmMetrics

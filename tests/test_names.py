@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 from exporter.vllm.names import canonical, normalize
 

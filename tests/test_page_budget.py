@@ -111,7 +111,7 @@ def test_the_replay_speaks_the_exporters_series(week):
     daemon's collector over a simulated vLLM and fake GPUs)."""
     from exporter.config import parse_config
     from exporter.daemon import Daemon
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
     from exporter.gpu.fake import FakeGpuBackend
     from exporter.gpu.sampler import GpuSampler
     from exporter.simulate.logs import VllmLogWriter

@@ -209,7 +209,7 @@ def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path
 def oom_count(port: int) -> float:
     import urllib.request
 
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         text = r.read().decode()

@@ -122,7 +122,7 @@ def wait_port(port: int, proc) -> None:
 
 
 def until_lines_read(port: int) -> None:
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
 
     deadline = time.monotonic() + 60  # a hang guard
     while time.monotonic() < deadline:
@@ -322,8 +322,8 @@ def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
     label value; a's own OOM is counted exactly once."""
     from exporter.config import parse_config
     from exporter.daemon import Daemon
-    from exporter.encode import text_format
-    from exporter.exposition import parse
+    from exporter.exposition_parser import parse
+    from exporter.exposition_writer import text_format
 
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_text(

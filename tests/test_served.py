@@ -21,8 +21,8 @@ from prometheus_client.samples import Exemplar
 
 from exporter.config import parse_config
 from exporter.daemon import Daemon
-from exporter.encode import openmetrics_format
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
+from exporter.exposition_writer import openmetrics_format
 from exporter.metrics import HeadroomCollector
 from exporter.served import ExpositionCache, accepts_gzip, negotiate
 from exporter.server import CACHE_KEY, build_app

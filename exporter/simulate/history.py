@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from exporter.config import parse_config
 from exporter.daemon import Daemon
-from exporter.exposition import parse
+from exporter.exposition_parser import parse
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
 from exporter.simulate.logs import VllmLogWriter

@@ -8,7 +8,7 @@ both: then the new name wins and the old samples are dropped, so nothing is coun
 
 from __future__ import annotations
 
-from exporter.exposition import Sample
+from exporter.exposition_parser import Sample
 
 # old base name -> new base name (base: without _total / _bucket / _sum / _count / _created)
 RENAMES = {

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.exposition import LabelCache, Sample, parse
+from exporter.exposition_parser import LabelCache, Sample, parse
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
