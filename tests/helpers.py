@@ -64,3 +64,36 @@ def panel_query(expr: str, server: str = "prefill-0", rate_interval: str = "1m")
     for var in ("job", "cluster", "role", "instance", "server", "model"):
         expr = expr.replace(f"${var}", ".*")
     return expr
+
+
+def scraped_daemon(workdir, oom_stage: str | None = None):
+    """A daemon after one scrape of a simulated 2-engine vLLM (with waiting-by-reason), one read of its startup log
+    (and an OOM at `oom_stage`) and one read of a fake GPU: what its collector exports then."""
+    import time
+
+    from exporter.config import parse_config
+    from exporter.daemon import Daemon
+    from exporter.exposition_parser import parse
+    from exporter.gpu.fake import FakeGpuBackend
+    from exporter.gpu.sampler import GpuSampler
+    from exporter.simulate.logs import VllmLogWriter
+    from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
+    from exporter.vllm.names import normalize
+    from exporter.vllm.scrape import ScrapeResult
+
+    log = workdir / "one.log"
+    writer = VllmLogWriter(str(log))
+    writer.healthy_startup()
+    if oom_stage:
+        writer.oom(oom_stage)
+    cfg = {"servers": [{"name": "s", "log": str(log)}], "state_dir": str(workdir / "state"), "gpu": {"backend": "none"}}
+    daemon = Daemon(parse_config(cfg, "scraped_daemon"))
+    daemon.gpu = GpuSampler(FakeGpuBackend(1), 1.0)
+    daemon.gpu.sample_once()
+    vllm = VllmMetrics(engines=2, waiting_by_reason=True)
+    vllm.set_load(0, EngineLoad(running=3, waiting=1, kv_usage=0.5))
+    vllm.serve_requests(0, 2, prompt_tokens=100, cached_tokens=50, output_tokens=10)
+    st = daemon.servers["s"]
+    st.update(ScrapeResult(True, series=normalize(parse(vllm.render().decode()).samples), size_bytes=1), time.time())
+    st.tailer.poll()
+    return daemon

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import urllib.request
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
@@ -30,6 +28,8 @@ from exporter.duration import prometheus_seconds
 from exporter.simulate.week import WEEK_MIN, Week, fleet
 from tests.backfill import backfill_rules, blocks_from_openmetrics, passes_by_dependency, query_range
 from tests.conftest import ROOT, start_alertmanager, start_prometheus
+from tests.fleet_rig import Webhook
+from tests.helpers import scraped_daemon
 
 STEP_S = 60  # the rule groups' evaluation interval
 # the week fixture (generate, backfill, evaluate: 2-5 minutes on a busy 2-core machine) counts against the first
@@ -109,33 +109,9 @@ def _who(episode: dict[str, Any], servers) -> set[str]:
 def test_the_replay_speaks_the_exporters_series(week):
     """Every series of the replay has a name and label names the exporter really exports (checked against the
     daemon's collector over a simulated vLLM and fake GPUs)."""
-    from exporter.config import parse_config
-    from exporter.daemon import Daemon
     from exporter.exposition_parser import parse
-    from exporter.gpu.fake import FakeGpuBackend
-    from exporter.gpu.sampler import GpuSampler
-    from exporter.simulate.logs import VllmLogWriter
-    from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
-    from exporter.vllm.names import normalize
-    from exporter.vllm.scrape import ScrapeResult
 
-    d = week["dir"]
-    log = d / "one.log"
-    VllmLogWriter(str(log)).healthy_startup()
-    daemon = Daemon(
-        parse_config(
-            {"servers": [{"name": "s", "log": str(log)}], "state_dir": str(d / "state"), "gpu": {"backend": "none"}},
-            "shape",
-        )
-    )
-    daemon.gpu = GpuSampler(FakeGpuBackend(1), 1.0)
-    daemon.gpu.sample_once()
-    vllm = VllmMetrics(engines=2, waiting_by_reason=True)
-    vllm.set_load(0, EngineLoad(running=3, waiting=1, kv_usage=0.5))
-    vllm.serve_requests(0, 2, prompt_tokens=100, cached_tokens=50, output_tokens=10)
-    st = daemon.servers["s"]
-    st.update(ScrapeResult(True, series=normalize(parse(vllm.render().decode()).samples), size_bytes=1), time.time())
-    st.tailer.poll()
+    daemon = scraped_daemon(week["dir"])
     from prometheus_client.exposition import generate_latest
 
     exported = {
@@ -188,25 +164,11 @@ def test_the_weekly_verdict_is_the_guides(week):
     assert got == want
 
 
-class _Hook(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).received.append(body)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
     """The week's firing episodes, replayed in order into a real Alertmanager routed as we ship it (pages to one
     receiver, tickets to another, grouped by alert and server): one page notification per paging incident."""
-    hook = HTTPServer(("127.0.0.1", 0), _Hook)
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{hook.server_address[1]}"
+    hook = Webhook()
+    url = f"http://127.0.0.1:{hook.port}"
     shipped = yaml.safe_load((ROOT / "deploy" / "compose" / "alertmanager.yml").read_text())
     # the shipped routing, grouping and inhibition; only the receivers' URLs and the timers are ours
     receivers = [r["name"] for r in shipped["receivers"]]
@@ -219,7 +181,6 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
     assert page_receiver in receivers
     proc, port = start_alertmanager(tmp_path, yaml.safe_dump(shipped))
     try:
-        _Hook.received = []
         pages = [e for e in week["episodes"] if e["labels"]["routing"] == "page"]
         assert pages
         for e in sorted(pages, key=lambda e: e["fired_at"]):
@@ -230,11 +191,11 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
             )
             urllib.request.urlopen(req, timeout=10).close()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and sum(len(b["alerts"]) for b in _Hook.received) < len(pages):
+        while time.monotonic() < deadline and sum(len(b["alerts"]) for b in hook.received) < len(pages):
             time.sleep(0.2)
         time.sleep(2)  # a second notification for the same incident would come within a group_interval
-        paged = [a for b in _Hook.received if b["receiver"] == page_receiver for a in b["alerts"]]
-        assert all(b["receiver"] == page_receiver for b in _Hook.received)  # no page lands in the ticket queue
+        paged = [a for b in hook.received if b["receiver"] == page_receiver for a in b["alerts"]]
+        assert all(b["receiver"] == page_receiver for b in hook.received)  # no page lands in the ticket queue
         assert (
             len(paged)
             == len(pages)
@@ -243,7 +204,7 @@ def test_alertmanager_sends_one_page_per_paging_incident(week, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
-        hook.shutdown()
+        hook.close()
 
 
 def test_docs_alerts_table_states_what_the_replay_fired(week):
