@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 
-from benchmarks.common import record, serve_with_fleet
+from benchmarks.common import record, serve_with_fleet, wait_ready
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SIZES = (1, 16, 64)
@@ -40,22 +40,10 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _ready(port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("serve never became ready") from None
-            time.sleep(0.5)
-
-
 def one_run(servers: int, seconds: float, warmup: float) -> dict:
     serve, fleet, port = serve_with_fleet(servers, "5s", 20)
     try:
-        _ready(port)
+        wait_ready(port)
         time.sleep(warmup)
         c0, t0 = cpu_seconds(serve.pid), time.monotonic()
         end = t0 + seconds

@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 
-from benchmarks.common import free_port, record, serve_with_fleet
+from benchmarks.common import free_port, record, serve_with_fleet, wait_ready
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
@@ -59,18 +59,6 @@ def wrk(url: str, seconds: int, headers: dict[str, str]) -> dict:
     return {"req_per_s": rps, "p50_ms": pct("50"), "p99_ms": pct("99")}
 
 
-def _wait_ready(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("vllm-headroom serve never became ready") from None
-            time.sleep(0.2)
-
-
 def main(seconds: int = 10, repeats: int = 3) -> list[dict]:
     for tool in ("wrk", "prometheus-node-exporter"):
         if shutil.which(tool) is None:
@@ -85,7 +73,7 @@ def main(seconds: int = 10, repeats: int = 3) -> list[dict]:
     urls = {"ours": f"http://127.0.0.1:{ours_port}/metrics", "node_exporter": f"http://127.0.0.1:{node_port}/metrics"}
     rows = []
     try:
-        _wait_ready(ours_port)
+        wait_ready(ours_port)
         for shape, headers in HEADERS.items():
             sizes = {name: wait(url, headers) for name, url in urls.items()}
             runs: dict[str, list[dict]] = {"ours": [], "node_exporter": []}

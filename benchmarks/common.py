@@ -74,3 +74,18 @@ def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: boo
         stderr=subprocess.DEVNULL,
     )
     return serve, fleet, port
+
+
+def wait_ready(port: int, timeout: float = 120, what: str = "vllm-headroom serve") -> None:
+    """Wait for a daemon's /readyz on loopback; RuntimeError naming it when it never answers."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} never became ready") from None
+            time.sleep(0.2)
