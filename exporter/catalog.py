@@ -14,6 +14,16 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 PREFIX = "vllm_headroom_"
+# the startup-log facts vllm_config_info carries as labels (numbers only)
+CONFIG_FACTS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+)
 
 
 @dataclass(frozen=True)
@@ -178,16 +188,7 @@ FAMILIES = (
         "vllm_config_info",
         "gauge",
         "What each server's startup log states of its parallel layout and limits (numbers only); always 1.",
-        (
-            "server",
-            "tensor_parallel_size",
-            "pipeline_parallel_size",
-            "data_parallel_size",
-            "max_model_len",
-            "max_num_seqs",
-            "gpu_memory_utilization",
-            "enable_prefix_caching",
-        ),
+        ("server", *CONFIG_FACTS),
     ),
     Family(
         "environment_check", "gauge", "1 if the guide's prerequisite holds, 0 if not; absent when unknown.", ("check",)

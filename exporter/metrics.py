@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from prometheus_client.core import Metric
 
 from exporter import __version__, derive
-from exporter.catalog import family
+from exporter.catalog import CONFIG_FACTS, family
 from exporter.environment import CHECKS, evaluate, safe_version
 from exporter.exposition_writer import Rendered
 from exporter.logs.patterns import ENGINE_STAGES, EVENT_KINDS, LOADING_STAGES, RUNTIME_STAGES
@@ -30,15 +30,6 @@ MEMORY_PARTS = {
     "kv_cache": ("kv_cache_memory_gib",),
     "cuda_graphs": ("graph_memory_gib",),
 }
-CONFIG_FACTS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "gpu_memory_utilization",
-    "enable_prefix_caching",
-)
 
 
 def _number_label(value: object) -> str:
