@@ -253,10 +253,51 @@ def test_a_failure_logged_above_its_traceback_takes_the_traceback_stage():
     assert a.first_oom is None and a.pending is not None  # not counted before anything decides ...
     a.flush()  # ... and counted when the log goes quiet
     assert a.first_oom.stage == "graph_capture" and sum(a.oom_counts.values()) == 1
-    # nothing decides: the stage said honestly, with low confidence
+    # nothing decides: the stage said honestly, with low confidence; a memory failure that shows no sign of
+    # serving at all is, in what users paste, a startup that failed (serving leaves stats, access or request lines)
     a = feed([message])
     a.flush()
-    assert (a.first_oom.stage, a.first_oom.confidence) == ("runtime_unknown", "low")
+    assert (a.first_oom.stage, a.first_oom.confidence) == ("loading_unknown", "low")
+
+
+def test_the_engine_being_constructed_is_startup_even_when_the_frame_below_is_cut():
+    """V1's run_engine_core builds the engine core in `engine_core = EngineCoreProc(*args, **kwargs)`; an excerpt
+    cut below that source line still says the engine was being built."""
+    built = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 699, in run_engine_core',
+    ]
+    a = feed([OOM, *built, "    engine_core = EngineCoreProc(*args, **kwargs)"])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "frame")
+    # the same frame then the busy loop: serving
+    a = feed([OOM, *built, "    engine_core.run_busy_loop()"])
+    a.flush()
+    assert a.first_oom.stage == "runtime_unknown"
+
+
+def test_v0_engine_loop_words_mean_the_engine_was_serving():
+    """V0's AsyncLLMEngine logs its background loop's death from `_log_task_completion`, and MQLLMEngine.start()
+    logs `repr(e)` of what killed its loop: both run only once the engine was built."""
+    background = [
+        f"ERROR 03-31 15:19:44 [async_llm_engine.py:68] {OOM}",
+        "Exception in callback _log_task_completion(error_callback=<bound method...>)(<Task finishe...>) at x.py:48",
+    ]
+    a = feed(background)
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    repr_line = (
+        "ERROR 12-19 09:33:44 engine.py:135] OutOfMemoryError('Error in model execution (input dumped to "
+        "/tmp/err.pkl): CUDA out of memory. Tried to allocate 524.00 MiB.')"
+    )
+    a = feed([repr_line])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    # the same words from another file, or not as a repr: nothing said
+    for other in (repr_line.replace("engine.py:135", "worker.py:135"), repr_line.replace("OutOfMemoryError('", "")):
+        a = feed([other])
+        a.flush()
+        assert a.first_oom.stage == "loading_unknown"
 
 
 def test_an_error_answer_to_a_request_means_the_engine_was_serving():

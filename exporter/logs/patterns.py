@@ -216,10 +216,18 @@ ENGINE_NEVER_STARTED = re.compile(
 # runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
 # V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the
 # stacktrace ..." (MQEngineDeadError, raised to requests) and "Engine loop has died" (its heartbeat): the loop ran.
+# V0's AsyncLLMEngine (vllm/engine/async_llm_engine.py): its background loop is started once the engine is built,
+# on the first request; the loop task's done-callback `_log_task_completion` logs "Engine background task failed".
 ENGINE_WAS_RUNNING = re.compile(
     r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
     r"|Engine loop is not running|Engine loop has died"
+    r"|Engine background task failed|_log_task_completion"
 )
+# V0's MQLLMEngine.start() (vllm/engine/multiprocessing/engine.py, v0.6-v0.10) logs `repr(e)` of what killed its
+# engine loop; the engine was built (memory profiled, cache allocated) before start() is called, and a failure while
+# building is logged by run_mp_engine as str(e), not as a repr. So `OutOfMemoryError('...` from engine.py: serving.
+V0_ENGINE_LOOP_REPR = re.compile(r"^[A-Z]\w{0,60}(?:Error|Exception)\('")
+V0_ENGINE_SOURCE = "engine.py:"
 
 # -- other events (never memory failures) ------------------------------------------------------------
 EVENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -477,6 +485,11 @@ STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "pre
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
 MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
+# Engine classes a source line constructs (`engine_core = EngineCoreProc(*args, **kwargs)` in V1's run_engine_core,
+# vllm/v1/engine/core.py): the engine being built, when the excerpt cuts the `__init__` frame below it.
+ENGINE_CONSTRUCTORS = frozenset(
+    {"EngineCoreProc", "DPEngineCoreProc", "EngineCore", "EngineCoreActor", "DPEngineCoreActor", "MQLLMEngine"}
+)
 # Whose `__init__` builds the engine, its executor or its workers: startup.
 ENGINE_PATHS = (
     "vllm/engine/",

@@ -27,7 +27,7 @@ MAX_PROCESSES = 256
 MAX_EPOCHS = 64
 RELAY_LINES = 200  # how far below a traceback an error relaying it may stand and still use its frames
 # A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say.
-UNDECIDED_STAGE = "runtime_unknown"
+UNDECIDED_STAGE = "loading_unknown"
 _LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
 
@@ -215,7 +215,7 @@ class LogAnalyzer:
         if not traceback_start and 'File "' in msg:
             self._inline_frames(key, msg)
         if self._pending is not None:
-            self._engine_words(msg)
+            self._engine_words(msg, rec.source)
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
         if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
@@ -293,7 +293,7 @@ class LogAnalyzer:
             hint, cause = None, "device_oom"
         return self._oom(rec, line, when, hint, cause, msg)
 
-    def _engine_words(self, msg: str, ev: Event | None = None) -> None:
+    def _engine_words(self, msg: str, source: str | None, ev: Event | None = None) -> None:
         """vLLM says in its own words whether the engine had been built (P.ENGINE_NEVER_STARTED / _WAS_RUNNING): the
         phase of a failure nothing else placed (the pending one, or `ev` relayed in the same line). It stays
         pending: the traceback logged under these words may name the step."""
@@ -302,7 +302,9 @@ class LogAnalyzer:
             return
         if P.ENGINE_NEVER_STARTED.search(msg):
             ev.stage, ev.phase = "loading_unknown", "loading"
-        elif P.ENGINE_WAS_RUNNING.search(msg):
+        elif P.ENGINE_WAS_RUNNING.search(msg) or (
+            source is not None and source.startswith(P.V0_ENGINE_SOURCE) and P.V0_ENGINE_LOOP_REPR.match(msg)
+        ):
             ev.stage, ev.phase = "runtime_unknown", "runtime"
         else:
             return
@@ -331,6 +333,9 @@ class LogAnalyzer:
             func = m.group("func")
             if func in P.FRAME_FUNCS or func in P.SERVING_PREFILL_FUNCS:
                 self._frame(key, "", func)
+                return
+            if func in P.ENGINE_CONSTRUCTORS:
+                self._tag(key, "startup")
                 return
 
     def _inline_frames(self, key: str | None, msg: str) -> None:
@@ -525,7 +530,7 @@ class LogAnalyzer:
             confidence=confidence,
         )
         if why == "none":
-            self._engine_words(msg or rec.message, ev)
+            self._engine_words(msg or rec.message, rec.source, ev)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
             self._kv_facts(msg or rec.message)
         return self._count_oom(ev)
