@@ -327,3 +327,27 @@ def test_fast_text_writer_matches_prometheus_client_byte_for_byte(tmp_path):
             assert strip(a) == strip(b)
 
     asyncio.run(main())
+
+
+def test_a_scrape_that_finds_the_server_serving_places_a_bare_failure_at_runtime(tmp_path):
+    """A log rotated past its readiness line, with stats and access logs turned off, says nothing of serving; the
+    scrape does (vLLM answers /metrics only once the engine is built). The same bare failure line with nothing
+    else to go on is a startup failure (tests/test_tailer.py)."""
+
+    async def main():
+        rig = Rig(tmp_path)
+        rig.log.write_text(
+            "(APIServer pid=1) WARNING 11-20 10:09:50 [protocol.py:93] The following fields were present\n"
+        )
+        async with rig:
+            await rig.wait_for(
+                lambda t: values(t, "vllm_headroom_engine_stage", server="prefill-0", stage="ready") == [1]
+            )
+            with open(rig.log, "a") as f:
+                f.write(OOM + "\n")
+            text = await rig.wait_for(
+                lambda t: sum(values(t, "vllm_headroom_oom_events_total", server="prefill-0")) == 1, timeout=30
+            )
+            assert values(text, "vllm_headroom_oom_events_total", server="prefill-0", stage="runtime_unknown") == [1]
+
+    asyncio.run(main())

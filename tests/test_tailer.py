@@ -432,3 +432,27 @@ def test_a_line_after_a_copytruncate_hole_of_nuls_is_read(tmp_path):
     t = tailer(tmp_path, p)
     t.poll()
     assert ooms(t) == 1
+
+
+def test_a_scrape_that_found_the_server_serving_counts_only_once_every_line_is_read(tmp_path):
+    """note_serving (the daemon calls it after a good scrape) makes a bare failure a runtime one; lines still
+    unread may hold a restart, so then it is not heard."""
+    bare = OOM.replace("(EngineCore_DP0 pid=2) ", "")
+
+    def stage_after(serving_seen: bool, unread: tuple[str, ...] = ()) -> str:
+        p = tmp_path / f"{serving_seen}-{len(unread)}.log"
+        append(p, "WARNING 08-16 12:00:59 [protocol.py:93] The following fields were present in the request")
+        t = tailer(tmp_path, p)
+        t.poll()
+        append(p, *unread)
+        if serving_seen:
+            t.note_serving()
+        append(p, bare)
+        t.poll()
+        t.poll()  # quiet: an undecided failure is counted now
+        ((stage, _phase),) = t.analyzer.oom_counts
+        return stage
+
+    assert stage_after(False) == "loading_unknown"
+    assert stage_after(True) == "runtime_unknown"
+    assert stage_after(True, unread=(START,)) == "loading_unknown"  # a restart not read yet: the scrape is not its

@@ -654,6 +654,14 @@ class LogAnalyzer:
         if not ep.ready and not ep.crashed:  # the API server takes requests only once the engine is up
             ep.ready = True
 
+    def note_serving(self) -> None:
+        """The server answered a scrape of its /metrics, and every line it logged so far has been read. vLLM's
+        API server listens only once the engine has been built (vllm/entrypoints/openai/api_server.py: the HTTP
+        server starts inside `build_async_engine_client`, after the engine core's ready handshake), so the run
+        under way is serving, also when its log holds no readiness line (rotated away) and no serving signs (stats
+        and access logs turned off)."""
+        self._healthy()
+
     def _healthy(self) -> None:
         self._saw_runtime = True
         self._keep_provisional(serving="low")

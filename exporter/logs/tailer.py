@@ -261,6 +261,19 @@ class LogTailer:
                 dataclasses.replace(self.health),
             )
 
+    def note_serving(self) -> None:
+        """A scrape found the server serving: tell the analyzer, but only when nothing the server logged is left
+        unread (lines still to read may hold a restart, which the scrape's answer does not belong to)."""
+        if self._fh is None or self._skipping:
+            return
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return
+        with self.lock:
+            if self._offset + len(self._buf) >= size and self._last_size == size:
+                self.analyzer.note_serving()
+
     def needs_poll(self) -> bool:
         """A stat instead of a read: most polls of a quiet log find nothing new."""
         if self._fh is None or self.is_glob:
