@@ -656,10 +656,10 @@ class LogAnalyzer:
 
     def note_serving(self) -> None:
         """The server answered a scrape of its /metrics, and every line it logged so far has been read. vLLM's
-        API server listens only once the engine has been built (vllm/entrypoints/openai/api_server.py: the HTTP
-        server starts inside `build_async_engine_client`, after the engine core's ready handshake), so the run
-        under way is serving, also when its log holds no readiness line (rotated away) and no serving signs (stats
-        and access logs turned off)."""
+        API server binds its port early but listens only once the engine is built (vllm/entrypoints/openai/
+        api_server.py run_server_worker: `serve_http` runs inside `async with build_async_engine_client(...)`,
+        which returns after the engine core's ready handshake), so the run under way is serving, also when its log
+        holds no readiness line (rotated away) and no serving signs (stats and access logs turned off)."""
         self._healthy()
 
     def _healthy(self) -> None:
