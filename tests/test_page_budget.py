@@ -4,8 +4,8 @@ gives.
 
 A simulated week (exporter/simulate/week.py: vLLM's memory model, KV saturating at peak hours, preemption and
 queue bursts that clear, quiet nights) is backfilled into a real Prometheus; the shipped recording rules and the
-weekly rules are evaluated over it by Prometheus' own engine (`promtool tsdb create-blocks-from rules`); each
-shipped alert rule's expression is evaluated at every minute of the week by Prometheus (a range query at the
+weekly rules are evaluated over it by Prometheus' own engine (tests/backfill.py: range queries at each group's
+interval, written back as blocks); each shipped alert rule's expression is evaluated at every minute of the week by Prometheus (a range query at the
 rule group's 1-minute step) and its `for:` is applied as Prometheus applies it: pending from the first minute the
 expression returns the series, firing once that has held for `for:`, resolved at the first minute it does not.
 The firing episodes are then delivered to a real Alertmanager with the routing we ship, and the notifications

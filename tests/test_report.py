@@ -25,7 +25,7 @@ from tests.conftest import start_prometheus
 @pytest.fixture(scope="module")
 def week(tmp_path_factory):
     """Simulator -> the daemon's collector at past times -> OpenMetrics -> blocks; then the recording rules and
-    the weekly rules backfilled by promtool from that Prometheus, pass by pass (tests/backfill.py)."""
+    the weekly rules evaluated by that Prometheus and written back, pass by pass (tests/backfill.py)."""
     d = tmp_path_factory.mktemp("week")
     end = (int(time.time()) // 3600 - 3) * 3600
     facts = write_history(str(d / "week.om"), end, step=900)
