@@ -16,6 +16,10 @@ from exporter.generate.spec import (
     server_series,
 )
 from exporter.generate.thresholds import Thresholds
+from exporter.vllm import names
+
+# the KV-usage gauge's name before vLLM renamed it (exporter/vllm/names.py RENAMES)
+KV_USAGE_BEFORE = next(old for old, new in names.RENAMES.items() if new == names.KV_USAGE)
 
 
 def specs(t: Thresholds) -> list[AlertSpec]:
@@ -160,8 +164,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 ),
             ],
             {
-                "meaning": "vllm-headroom scrapes the server but finds neither `vllm:kv_cache_usage_perc` nor "
-                "`vllm:gpu_cache_usage_perc`: the weekly verdict would read `insufficient_data`.",
+                "meaning": f"vllm-headroom scrapes the server but finds neither `{names.KV_USAGE}` nor "
+                f"`{KV_USAGE_BEFORE}`: the weekly verdict would read `insufficient_data`.",
                 "confirm": "`curl <server>/metrics | grep -i cache_usage`; the vLLM version; whether the server runs "
                 "with `--disable-log-stats` (no `vllm:` metrics at all).",
                 "first": "If vLLM renamed the gauge, add the new name to `exporter/vllm/names.py` (RENAMES) and upgrade "
