@@ -20,19 +20,28 @@ import urllib.request
 import yaml
 
 from benchmarks.common import free_port, record
+from exporter import catalog
 from exporter.exposition_parser import parse
+from exporter.simulate.logs import ACCESS_OK, log_line
 
 OOM = (
-    "(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
-    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 279.28 GiB of which 1.00 GiB is free.\n"
+    log_line(
+        "EngineCore_DP0 pid=2",
+        "ERROR",
+        "core.py:916",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "279.28 GiB of which 1.00 GiB is free.",
+        "11-20 10:10:07",
+    )
+    + "\n"
 )
-HEALTHY = '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+HEALTHY = ACCESS_OK + "\n"
 
 
 def ooms(url: str) -> float:
     with urllib.request.urlopen(url, timeout=5) as r:
         text = r.read().decode()
-    return sum(s.value for s in parse(text).samples if s.name == "vllm_headroom_oom_events_total")
+    return sum(s.value for s in parse(text).samples if s.name == catalog.series("oom_events"))
 
 
 def one_run(trials: int, seed: int) -> dict:

@@ -21,10 +21,12 @@ import time
 from benchmarks.common import record
 from exporter.config import LogSource
 from exporter.logs.tailer import LogTailer
+from exporter.simulate.logs import API, access_line, log_line, stats_message
 
 PROG = os.path.join(os.path.dirname(__file__), "vllm_log.mtail")
 
 
+ENGINE = "EngineCore_DP0 pid=212"
 SHAPES = ("mix", "80B", "200B", "500B", "2000B", "cri", "traceback")
 _PROMPT = (
     "Summarize the incident report: the node ran out of memory at 3 a.m. and the on-call engineer "
@@ -43,7 +45,10 @@ def _fit(line: str, pad: str, width: int | None) -> str:
 
 def _traceback(t: str, proc: str, last: str) -> list[str]:
     """A traceback as vLLM's EngineCore or API server logs it: header, frames with their code, exception."""
-    p = f"{proc} ERROR {t} [core.py:916] "
+
+    def p(msg: str) -> str:
+        return log_line(proc, "ERROR", "core.py:916", msg, t)
+
     frames = [
         ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 701, "run_engine_core"),
         ("/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", 728, "run_busy_loop"),
@@ -54,10 +59,10 @@ def _traceback(t: str, proc: str, last: str) -> list[str]:
         ("/usr/lib/python3.12/site-packages/torch/utils/_contextlib.py", 116, "decorate_context"),
         ("/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py", 2211, "execute_model"),
     ]
-    out = [p + "Traceback (most recent call last):"]
+    out = [p("Traceback (most recent call last):")]
     for path, line, func in frames:
-        out += [p + f'  File "{path}", line {line}, in {func}', p + "    return func(*args, **kwargs)"]
-    return out + [p + last]
+        out += [p(f'  File "{path}", line {line}, in {func}'), p("    return func(*args, **kwargs)")]
+    return out + [p(last)]
 
 
 def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix") -> dict[str, int]:
@@ -79,12 +84,18 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix
             oom_due = (n % 100_000 == 50_000) if shape != "traceback" else (n % 2_000 == 1_000)
             if oom_due:
                 block = [
-                    f"(EngineCore_DP0 pid=212) ERROR {t} [dump_input.py:79] Dumping scheduler output for model "
-                    f"execution: SchedulerOutput(scheduled_new_reqs=[], num_scheduled_tokens={{c-1: 1}})"
+                    log_line(
+                        ENGINE,
+                        "ERROR",
+                        "dump_input.py:79",
+                        "Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[], "
+                        "num_scheduled_tokens={c-1: 1})",
+                        t,
+                    )
                 ]
                 block += _traceback(
                     t,
-                    "(EngineCore_DP0 pid=212)",
+                    ENGINE,
                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
                     "has a total capacity of 279.28 GiB of which 1.0 GiB is free.",
                 )
@@ -92,47 +103,48 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix
             elif shape == "traceback" and n % 40 == 20:
                 block = _traceback(
                     t,
-                    "(APIServer pid=1)",
+                    API,
                     "ValueError: This model's maximum context length is "
                     "1048576 tokens. However, you requested 1100000 tokens.",
                 )
                 counts["context_rejected"] += 1
             elif r < 0.60:
+                client = f"10.0.{rng.randrange(256)}.{rng.randrange(256)}:{rng.randrange(1024, 65535)}"
                 block = [
-                    _fit(
-                        f"(APIServer pid=1) INFO:     10.0.{rng.randrange(256)}.{rng.randrange(256)}:"
-                        f'{rng.randrange(1024, 65535)} - "POST /v1/chat/completions?user={{pad}} HTTP/1.1" 200 OK',
-                        f"{rng.getrandbits(32):08x}",
-                        width,
-                    )
+                    _fit(access_line(client, "/v1/chat/completions?user={pad}"), f"{rng.getrandbits(32):08x}", width)
                 ]
             elif r < 0.80:
                 block = [
                     _fit(
-                        f"(APIServer pid=1) INFO {t} [logger.py:40] Received request chatcmpl-"
-                        f"{rng.getrandbits(64):016x}: prompt: '{{pad}}', params: SamplingParams(n=1, "
-                        f"temperature=0.7, max_tokens=1024), lora_request: None.",
+                        log_line(
+                            API,
+                            "INFO",
+                            "logger.py:40",
+                            f"Received request chatcmpl-{rng.getrandbits(64):016x}: prompt: '{{pad}}', params: "
+                            "SamplingParams(n=1, temperature=0.7, max_tokens=1024), lora_request: None.",
+                            t,
+                        ),
                         _PROMPT,
                         width,
                     )
                 ]
             elif r < 0.90:
-                block = [
-                    f"(APIServer pid=1) INFO {t} [loggers.py:123] Engine 000: Avg prompt throughput: "
-                    f"{rng.uniform(1000, 20000):.1f} tokens/s, Avg generation throughput: {rng.uniform(100, 900):.1f}"
-                    f" tokens/s, Running: {rng.randrange(64)} reqs, Waiting: {rng.randrange(8)} reqs, GPU KV cache "
-                    f"usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 100):.1f}%"
-                ]
+                prompt_tps, gen_tps = rng.uniform(1000, 20000), rng.uniform(100, 900)
+                running, waiting = rng.randrange(64), rng.randrange(8)
+                kv, hit = rng.uniform(0, 1), rng.uniform(0, 1)
+                stats = stats_message(running, waiting, kv, hit, prompt_tps, gen_tps)
+                block = [log_line(API, "INFO", "loggers.py:123", stats, t)]
             elif r < 0.9995:
                 block = [
                     _fit(
-                        f"(EngineCore_DP0 pid=212) INFO {t} [scheduler.py:512] Added request {{pad}} to the "
-                        f"waiting queue.",
+                        log_line(ENGINE, "INFO", "scheduler.py:512", "Added request {pad} to the waiting queue.", t),
                         f"chatcmpl-{rng.getrandbits(64):016x}",
                         width,
                     )
                 ]
             elif r < 0.99975:
+                # the older logger's shape, without brackets (vllm/logger.py `_FORMAT` "%(levelname)s %(asctime)s
+                # %(filename)s:%(lineno)d] %(message)s" in the V0 releases): log_line writes the current one
                 block = [
                     f"WARNING {t} scheduler.py:1491] Sequence group cmpl-{rng.getrandbits(32):08x} is preempted by "
                     f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space."
@@ -140,8 +152,14 @@ def generate(path: str, lines: int = 2_000_000, seed: int = 1, shape: str = "mix
                 counts["preemption"] += 1
             else:
                 block = [
-                    f"(APIServer pid=1) ERROR {t} [serving_chat.py:222] ValueError: This model's maximum context "
-                    f"length is 1048576 tokens. However, you requested 1100000 tokens."
+                    log_line(
+                        API,
+                        "ERROR",
+                        "serving_chat.py:222",
+                        "ValueError: This model's maximum context length is 1048576 tokens. However, you requested "
+                        "1100000 tokens.",
+                        t,
+                    )
                 ]
                 counts["context_rejected"] += 1
             if shape == "cri":

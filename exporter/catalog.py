@@ -5,6 +5,9 @@ The collector (exporter/metrics.py) builds each family from here and `generate` 
 ({window}, {span}), filled in at collection. vLLM's own series, passed on with a `server` label, are listed in
 exporter/vllm/names.py (REEXPORT, REEXPORT_HISTOGRAMS); fleet labels (`role`, `cluster`) are added to every family
 that has `server` (exporter/metrics.py `_decorated`).
+
+Rules, dashboards, the report and the simulators take series names from here too (`series`, `family_name`),
+so renaming a family renames it everywhere.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from exporter.vllm import names
 
 PREFIX = "vllm_headroom_"
 # the startup-log facts vllm_config_info carries as labels (numbers only)
@@ -203,3 +208,38 @@ def family(name: str, **settings: object) -> GaugeMetricFamily | CounterMetricFa
     text = f.help.format(**settings) if settings else f.help
     cls = GaugeMetricFamily if f.type == "gauge" else CounterMetricFamily
     return cls(PREFIX + f.name, text, labels=list(f.labels))
+
+
+def _passed_on() -> dict[str, tuple[str, str]]:
+    """vLLM's families we pass on, by our name without the prefix and `_total`: (family name, sample name).
+    A histogram's sample name is its family name: add `_bucket`, `_sum` or `_count`."""
+    out = {}
+    for ours, typ in names.REEXPORT.values():
+        base = ours.removesuffix("_total") if typ == "counter" else ours
+        out[base] = (PREFIX + base, PREFIX + ours)
+    for ours in names.REEXPORT_HISTOGRAMS.values():
+        out[ours] = (PREFIX + ours, PREFIX + ours)
+    return out
+
+
+NAMES = {f.name: (PREFIX + f.name, f.exported) for f in FAMILIES} | _passed_on()
+
+
+def _lookup(name: str) -> tuple[str, str]:
+    try:
+        return NAMES[name]
+    except KeyError:
+        raise KeyError(
+            f"{name!r} is no family vllm-headroom exports (exporter/catalog.py, exporter/vllm/names.py)"
+        ) from None
+
+
+def series(name: str) -> str:
+    """A family's sample name as PromQL selects it (`oom_events` -> vllm_headroom_oom_events_total); a KeyError
+    for a name that is not exported, so a rule cannot go on selecting a series that was renamed away."""
+    return _lookup(name)[1]
+
+
+def family_name(name: str) -> str:
+    """A family's name as prometheus_client and OpenMetrics write it: a counter without `_total`."""
+    return _lookup(name)[0]

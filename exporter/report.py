@@ -15,6 +15,7 @@ import io
 import math
 from typing import Any
 
+from exporter import catalog
 from exporter.duration import prometheus_seconds
 from exporter.generate.thresholds import Thresholds
 from exporter.generate.weekly import VERDICT_WORDS, VERDICTS
@@ -53,16 +54,16 @@ def collect(prom: PrometheusAPI, since_s: float, end: float, t: Thresholds | Non
     start = end - since_s
     step = max(60.0, since_s / 2000)
     window = f"{int(since_s)}s"
-    up = prom.query(f"last_over_time(vllm_headroom_target_up[{window}])", end)
+    up = prom.query(f"last_over_time({catalog.series('target_up')}[{window}])", end)
     servers = sorted({r["metric"]["server"] for r in up})
     # where each server runs and what it does: `cluster` (config or external label) and `role` (prefill / decode)
     placement = {r["metric"]["server"]: (r["metric"].get("cluster", ""), r["metric"].get("role", "")) for r in up}
-    env_info = prom.query(f"last_over_time(vllm_headroom_environment_info[{window}])", end)
+    env_info = prom.query(f"last_over_time({catalog.series('environment_info')}[{window}])", end)
     checks = {
         r["metric"]["check"]: float(r["value"][1])
-        for r in prom.query(f"min by (check) (last_over_time(vllm_headroom_environment_check[{window}]))", end)
+        for r in prom.query(f"min by (check) (last_over_time({catalog.series('environment_check')}[{window}]))", end)
     }
-    gpu_peak = prom.query(f"max(max_over_time(vllm_headroom_gpu_memory_peak_used_bytes[{window}]))", end)
+    gpu_peak = prom.query(f"max(max_over_time({catalog.series('gpu_memory_peak_used_bytes')}[{window}]))", end)
     gpu_min = prom.query(f"min(min_over_time(gpu:vllm_headroom_gpu_memory_headroom_ratio:min[{window}]))", end)
     info = env_info[0]["metric"] if env_info else {}
     report: dict[str, Any] = {
@@ -88,11 +89,11 @@ def collect(prom: PrometheusAPI, since_s: float, end: float, t: Thresholds | Non
         hit = prom.range(f"{t.hit_ratio_baseline}{{{sel}}}", start, end, max(step, 3600))
         span = int(max(3 * step, 3600))  # several scrapes in each window, or `increase` sees one sample
         ooms = prom.range(
-            f"sum by (stage, phase) (increase(vllm_headroom_oom_events_total{{{sel}}}[{span}s])) > 0", start, end, step
+            f"sum by (stage, phase) (increase({catalog.series('oom_events')}{{{sel}}}[{span}s])) > 0", start, end, step
         )
-        cfg = prom.query(f"last_over_time(vllm_headroom_vllm_config_info{{{sel}}}[{window}])", end)
+        cfg = prom.query(f"last_over_time({catalog.series('vllm_config_info')}{{{sel}}}[{window}])", end)
         restarts = prom.query(
-            f'sum(increase(vllm_headroom_log_events_total{{{sel},event="engine_ready"}}[{window}]))', end
+            f'sum(increase({catalog.series("log_events")}{{{sel},event="engine_ready"}}[{window}]))', end
         )
         head_pts = _points(head[0]) if head else []
         run_pts = dict(_points(running[0])) if running else {}

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from exporter import catalog
+
 # (a series the report reads, what it stands for, how to get it). The rules' names are those of
 # alerts/vllm-headroom.recording.yaml and alerts/vllm-headroom.weekly.yaml as `generate` writes them.
 NEEDED = (
     (
-        "vllm_headroom_target_up",
+        catalog.series("target_up"),
         "vllm-headroom's own series",
         "is this Prometheus scraping vllm-headroom's /metrics (a job with its :9478 targets)?",
     ),

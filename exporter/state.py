@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +22,7 @@ from exporter.vllm.scrape import ScrapeResult
 
 if TYPE_CHECKING:
     from exporter.gpu.sampler import GpuSampler
-    from exporter.logs.tailer import LogTailer
+    from exporter.logs.tailer import LogTailer, TailSnapshot
 
 log = logging.getLogger("vllm_headroom")
 MAX_ENGINES = 64  # (model_name, engine) pairs kept per server per scrape; the rest are dropped and counted
@@ -206,10 +207,23 @@ class ServerState:
             out.setdefault(model, rate)
         return out
 
-    def log_facts(self) -> dict[str, Any]:
-        if self.tailer is None:
-            return {}
-        return self.tailer.snapshot().facts
+    def tail(self) -> TailSnapshot | None:
+        """The log's word as of now, copied under the tailer's own lock; None when no log is followed."""
+        return None if self.tailer is None else self.tailer.snapshot()
+
+
+@dataclass(frozen=True)
+class ServerReading:
+    """One server as one /metrics answer reads it: its state and one copy of its log's word, taken once so
+    every collector of that answer sees the same log."""
+
+    state: ServerState
+    tail: TailSnapshot | None
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """What the startup log stated (versions, sizes, settings); empty without a log."""
+        return self.tail.facts if self.tail is not None else {}
 
 
 class DaemonView(Protocol):

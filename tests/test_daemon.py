@@ -14,20 +14,33 @@ from exporter.exposition_parser import parse
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
 from exporter.server import build_app
+from exporter.simulate.logs import API, log_line
 from exporter.simulate.server import VllmStandIn, start
 from exporter.simulate.vllm_metrics import EngineLoad, VllmMetrics
 
-OOM = (
-    "(EngineCore_DP0 pid=2) ERROR 11-20 10:10:07 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. "
-    "Tried to allocate 7.03 GiB. GPU 3 has a total capacity of 279.28 GiB of which 5.12 GiB is free."
+ENGINE = "EngineCore_DP0 pid=212"
+OOM = log_line(
+    "EngineCore_DP0 pid=2",
+    "ERROR",
+    "core.py:916",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.03 GiB. GPU 3 has a total capacity of "
+    "279.28 GiB of which 5.12 GiB is free.",
+    "11-20 10:10:07",
 )
 STARTUP = [
-    "(APIServer pid=1) INFO 11-20 10:02:00 [api_server.py:1839] vLLM API server version 0.27.1",
-    "(Worker_TP0 pid=340) INFO 11-20 10:09:20 [gpu_worker.py:298] Available KV cache memory: 64.82 GiB",
-    "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1087] GPU KV cache size: 2,715,392 tokens",
-    "(EngineCore_DP0 pid=212) INFO 11-20 10:09:21 [kv_cache_utils.py:1091] Maximum concurrency for 1,048,576 "
-    "tokens per request: 2.59x",
-    "(APIServer pid=1) INFO 11-20 10:09:40 [api_server.py:1912] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    log_line(API, "INFO", "api_server.py:1839", "vLLM API server version 0.27.1", "11-20 10:02:00"),
+    log_line(
+        "Worker_TP0 pid=340", "INFO", "gpu_worker.py:298", "Available KV cache memory: 64.82 GiB", "11-20 10:09:20"
+    ),
+    log_line(ENGINE, "INFO", "kv_cache_utils.py:1087", "GPU KV cache size: 2,715,392 tokens", "11-20 10:09:21"),
+    log_line(
+        ENGINE,
+        "INFO",
+        "kv_cache_utils.py:1091",
+        "Maximum concurrency for 1,048,576 tokens per request: 2.59x",
+        "11-20 10:09:21",
+    ),
+    log_line(API, "INFO", "api_server.py:1912", "Starting vLLM API server 0 on http://0.0.0.0:8000", "11-20 10:09:40"),
 ]
 
 
@@ -183,11 +196,11 @@ def test_oom_line_reaches_the_counter_within_a_second(tmp_path):
         async with Rig(tmp_path) as rig:
             await rig.wait_for(lambda t: values(t, "vllm_headroom_engine_ready", server="prefill-0") == [1])
             with open(rig.log, "a") as f:
-                f.write(
-                    "(EngineCore_DP0 pid=212) ERROR 11-20 10:10:07 [dump_input.py:79] Dumping scheduler output "
-                    "for model execution: SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=a,"
-                    "prompt_token_ids_len=180224)], num_scheduled_tokens={a: 16384})\n" + OOM + "\n"
+                dump = (
+                    "Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=["
+                    "NewRequestData(req_id=a,prompt_token_ids_len=180224)], num_scheduled_tokens={a: 16384})"
                 )
+                f.write(log_line(ENGINE, "ERROR", "dump_input.py:79", dump, "11-20 10:10:07") + "\n" + OOM + "\n")
             start_t = time.monotonic()
             await rig.wait_for(
                 lambda t: (

@@ -25,12 +25,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.simulate.logs import ACCESS_OK, log_line, stats_message
+from exporter.simulate.logs import ACCESS_OK, API, log_line, stats_message
 from tests.conftest import free_port
 
 HEALTHY = ACCESS_OK + "\n"
-STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0)) + "\n"
-OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:916] torch.OutOfMemoryError: CUDA out of memory. Tried\n"
+STATS = log_line(API, "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0)) + "\n"
+OOM = (
+    log_line("EngineCore_DP0 pid=2", "ERROR", "core.py:916", "torch.OutOfMemoryError: CUDA out of memory. Tried") + "\n"
+)
 KILLS = 100
 HANG_S = float(
     os.environ.get("HANG_S", "120")
@@ -101,7 +103,7 @@ def write_config(path, port: int, state, log) -> None:
 @pytest.mark.timeout(900)  # the hang guards fire long before; a loaded machine may need minutes
 def test_sigkill_restarts_while_logs_grow_lose_and_double_count_nothing(tmp_path):  # noqa: C901  one scenario
     log, state = tmp_path / "vllm.log", tmp_path / "state"
-    log.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n")
+    log.write_text(log_line(API, "INFO", "api_server.py:1", "vLLM API server version 0.27.1", "08-16 12:00:00") + "\n")
     written = {"oom": 0, "rotations": 0}
     stop = threading.Event()
     writer_error: list[BaseException] = []

@@ -17,8 +17,11 @@ import pytest
 import yaml
 
 from exporter.config import ConfigError
+from exporter.simulate.logs import API, log_line
 from exporter.webconfig import load_web_config
 from tests.conftest import free_port
+
+START = log_line(API, "INFO", "api_server.py:1", "vLLM API server version 0.27.1", "08-16 12:00:00")
 
 
 def openssl(*args: str, cwd) -> None:
@@ -293,8 +296,8 @@ def test_bad_web_config_is_refused_without_echoing_secrets(tmp_path):
 
 def test_sigterm_flushes_state_and_exits_cleanly(tmp_path):
     log = tmp_path / "v.log"
-    oom = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\n"
-    log.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n" + oom)
+    oom = log_line("EngineCore_DP0 pid=2", "ERROR", "core.py:1", "torch.OutOfMemoryError: CUDA out of memory.")
+    log.write_text(START + "\n" + oom + "\n")
     port = free_port()
     cfg = {
         "listen_address": f"127.0.0.1:{port}",
@@ -331,7 +334,7 @@ def test_a_forged_line_in_one_log_cannot_count_for_another_server(tmp_path):
         "torch.OutOfMemoryError: CUDA out of memory\n" + "\x1b[31m\x00\x07" * 1000 + "\n"
         "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory\n"
     )
-    b.write_text("(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1\n")
+    b.write_text(START + "\n")
     cfg = parse_config(
         {
             "state_dir": str(tmp_path / "state"),

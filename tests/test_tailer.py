@@ -6,11 +6,11 @@ import os
 
 from exporter.config import LogSource
 from exporter.logs.tailer import LogTailer
-from exporter.simulate.logs import APP_READY, log_line, stats_message
+from exporter.simulate.logs import API, APP_READY, log_line, stats_message
 
-OOM = "(EngineCore_DP0 pid=2) ERROR 08-16 12:01:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried"
-STATS = log_line("APIServer pid=1", "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0))
-START = "(APIServer pid=1) INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.27.1"
+OOM = log_line("EngineCore_DP0 pid=2", "ERROR", "core.py:1", "torch.OutOfMemoryError: CUDA out of memory. Tried")
+STATS = log_line(API, "INFO", "loggers.py:1", stats_message(1, 0, 0.05, None, 1.0, 1.0))
+START = log_line(API, "INFO", "api_server.py:1", "vLLM API server version 0.27.1", "08-16 12:00:00")
 READY = APP_READY
 
 
@@ -78,7 +78,10 @@ def test_truncated_and_regrown_past_the_offset_is_noticed(tmp_path):
     t = tailer(tmp_path, p)
     t.poll()
     with open(p, "w") as f:  # truncated and rewritten between two polls, longer than before
-        f.write("(APIServer pid=9) INFO 09-01 00:00:00 [api_server.py:1] vLLM API server version 0.28.0\n")
+        f.write(
+            log_line("APIServer pid=9", "INFO", "api_server.py:1", "vLLM API server version 0.28.0", "09-01 00:00:00")
+            + "\n"
+        )
         f.write(OOM + "\n")
     t.poll()
     assert ooms(t) == 1 and t.health.truncations == 1

@@ -26,6 +26,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from exporter import catalog
 from exporter.generate.thresholds import Thresholds
 
 DS = "${datasource}"
@@ -40,7 +41,7 @@ def _templates(multi_server: bool = True) -> Templating:
             Template(name="datasource", query="prometheus", type="datasource", label="Data source", default=None),
             Template(
                 name="job",
-                query="label_values(vllm_headroom_build_info, job)",
+                query=f"label_values({catalog.series('build_info')}, job)",
                 dataSource=DS,
                 label="Job",
                 includeAll=True,
@@ -51,7 +52,7 @@ def _templates(multi_server: bool = True) -> Templating:
             # `.*`, which also matches a series without the label
             Template(
                 name="cluster",
-                query='label_values(vllm_headroom_target_up{job=~"$job"}, cluster)',
+                query=f'label_values({catalog.series("target_up")}{{job=~"$job"}}, cluster)',
                 dataSource=DS,
                 label="Cluster",
                 includeAll=True,
@@ -60,7 +61,7 @@ def _templates(multi_server: bool = True) -> Templating:
             ),
             Template(
                 name="role",
-                query='label_values(vllm_headroom_target_up{job=~"$job", cluster=~"$cluster"}, role)',
+                query=f'label_values({catalog.series("target_up")}{{job=~"$job", cluster=~"$cluster"}}, role)',
                 dataSource=DS,
                 label="Role",
                 includeAll=True,
@@ -69,7 +70,7 @@ def _templates(multi_server: bool = True) -> Templating:
             ),
             Template(
                 name="instance",
-                query='label_values(vllm_headroom_build_info{job=~"$job"}, instance)',
+                query=f'label_values({catalog.series("build_info")}{{job=~"$job"}}, instance)',
                 dataSource=DS,
                 label="Node",
                 includeAll=True,
@@ -77,7 +78,7 @@ def _templates(multi_server: bool = True) -> Templating:
             ),
             Template(
                 name="server",
-                query='label_values(vllm_headroom_target_up{job=~"$job", cluster=~"$cluster", '
+                query=f'label_values({catalog.series("target_up")}{{job=~"$job", cluster=~"$cluster", '
                 'role=~"$role", instance=~"$instance"}, server)',
                 dataSource=DS,
                 label="vLLM server",
@@ -86,7 +87,7 @@ def _templates(multi_server: bool = True) -> Templating:
             ),
             Template(
                 name="model",
-                query='label_values(vllm_headroom_kv_cache_usage_ratio{job=~"$job", server=~"$server"}, model_name)',
+                query=f'label_values({catalog.series("kv_cache_usage_ratio")}{{job=~"$job", server=~"$server"}}, model_name)',
                 dataSource=DS,
                 label="Model",
                 includeAll=True,
@@ -144,7 +145,7 @@ def oncall(t: Thresholds) -> Dashboard:
             "KV-cache headroom per DP engine",
             [
                 target(
-                    f'vllm_headroom_kv_cache_headroom_ratio{{{SEL}, model_name=~"$model"}}',
+                    f'{catalog.series("kv_cache_headroom_ratio")}{{{SEL}, model_name=~"$model"}}',
                     "{{server}} engine {{engine}}",
                 )
             ],
@@ -174,7 +175,7 @@ def oncall(t: Thresholds) -> Dashboard:
             "Memory failures by stage",
             [
                 target(
-                    f"sum by (server, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[$__rate_interval]))",
+                    f"sum by (server, stage, phase) (increase({catalog.series('oom_events')}{{{SEL}}}[$__rate_interval]))",
                     "{{server}} {{phase}}: {{stage}}",
                 )
             ],
@@ -185,7 +186,7 @@ def oncall(t: Thresholds) -> Dashboard:
         ),
         timeseries(
             "Engine ready",
-            [target(f"vllm_headroom_engine_ready{{{SEL}}}", "{{server}}")],
+            [target(f"{catalog.series('engine_ready')}{{{SEL}}}", "{{server}}")],
             (8, 12, 12, 9),
             "short",
             "1 serving, 0 loading, crashed or not answering.",
@@ -221,7 +222,7 @@ def oncall(t: Thresholds) -> Dashboard:
             "Preemptions per second",
             [
                 target(
-                    f"sum by (server) (rate(vllm_headroom_preemptions_total{{{SEL}}}[$__rate_interval]))", "{{server}}"
+                    f"sum by (server) (rate({catalog.series('preemptions')}{{{SEL}}}[$__rate_interval]))", "{{server}}"
                 )
             ],
             (8, 8, 16, 18),
@@ -236,12 +237,12 @@ def oncall(t: Thresholds) -> Dashboard:
             "Time to first token (p50, p99)",
             [
                 target(
-                    f"histogram_quantile(0.5, sum by (server, le) (rate(vllm_headroom_time_to_first_token_seconds_bucket"
+                    f"histogram_quantile(0.5, sum by (server, le) (rate({catalog.series('time_to_first_token_seconds')}_bucket"
                     f"{{{SEL}}}[$__rate_interval])))",
                     "{{server}} p50",
                 ),
                 target(
-                    f"histogram_quantile(0.99, sum by (server, le) (rate(vllm_headroom_time_to_first_token_seconds_bucket"
+                    f"histogram_quantile(0.99, sum by (server, le) (rate({catalog.series('time_to_first_token_seconds')}_bucket"
                     f"{{{SEL}}}[$__rate_interval])))",
                     "{{server}} p99",
                     "B",
@@ -255,7 +256,7 @@ def oncall(t: Thresholds) -> Dashboard:
             "Queue time (p99)",
             [
                 target(
-                    f"histogram_quantile(0.99, sum by (server, le) (rate(vllm_headroom_request_queue_time_seconds_bucket"
+                    f"histogram_quantile(0.99, sum by (server, le) (rate({catalog.series('request_queue_time_seconds')}_bucket"
                     f"{{{SEL}}}[$__rate_interval])))",
                     "{{server}} p99",
                 )
@@ -289,7 +290,7 @@ def _oom_annotations() -> Any:
                 "enable": True,
                 "name": "OOM events",
                 "iconColor": "red",
-                "expr": f"increase(vllm_headroom_oom_events_total{{{SEL}}}[2m]) > 0",
+                "expr": f"increase({catalog.series('oom_events')}{{{SEL}}}[2m]) > 0",
                 "step": "60s",
                 "titleFormat": "OOM: {{phase}} / {{stage}}",
                 "textFormat": "{{server}}",
@@ -373,7 +374,7 @@ def capacity(t: Thresholds) -> Dashboard:
             gridPos=GridPos(8, 12, 0, 16),
             targets=[
                 target(
-                    f"sum by (server, role, stage, phase) (increase(vllm_headroom_oom_events_total{{{SEL}}}[7d])) > 0",
+                    f"sum by (server, role, stage, phase) (increase({catalog.series('oom_events')}{{{SEL}}}[7d])) > 0",
                     "{{server}} {{role}} {{phase}}: {{stage}}",
                     instant=True,
                 )
@@ -436,14 +437,14 @@ def triage(t: Thresholds) -> Dashboard:
             title="Engine stage",
             dataSource=DS,
             gridPos=GridPos(6, 24, 0, 0),
-            targets=[target(f"vllm_headroom_engine_stage{{{ONE}}} == 1", "{{stage}}")],
+            targets=[target(f"{catalog.series('engine_stage')}{{{ONE}}} == 1", "{{stage}}")],
             description="weight_loading, graph_capture, kv_cache_alloc, warmup, ready, crashed, from the vLLM log.",
         ),
         BarGauge(
             title="Startup durations (from the log)",
             dataSource=DS,
             gridPos=GridPos(8, 12, 0, 6),
-            targets=[target(f"vllm_headroom_startup_stage_duration_seconds{{{ONE}}}", "{{stage}}", instant=True)],
+            targets=[target(f"{catalog.series('startup_stage_duration_seconds')}{{{ONE}}}", "{{stage}}", instant=True)],
             format="s",
             min=0,
             max=900,
@@ -452,7 +453,7 @@ def triage(t: Thresholds) -> Dashboard:
             title="Memory per GPU at startup (from the log)",
             dataSource=DS,
             gridPos=GridPos(8, 12, 12, 6),
-            targets=[target(f"vllm_headroom_startup_memory_bytes{{{ONE}}}", "{{part}}", instant=True)],
+            targets=[target(f"{catalog.series('startup_memory_bytes')}{{{ONE}}}", "{{part}}", instant=True)],
             format="bytes",
             min=0,
             max=300 * 1024**3,
@@ -461,13 +462,13 @@ def triage(t: Thresholds) -> Dashboard:
             title="Memory failures so far",
             dataSource=DS,
             gridPos=GridPos(7, 12, 0, 14),
-            targets=[target(f"vllm_headroom_oom_events_total{{{ONE}}} > 0", "", instant=True, fmt="table")],
+            targets=[target(f"{catalog.series('oom_events')}{{{ONE}}} > 0", "", instant=True, fmt="table")],
         ),
         timeseries(
             "Log events",
             [
                 target(
-                    f"sum by (event) (increase(vllm_headroom_log_events_total{{{ONE}}}[$__rate_interval]))", "{{event}}"
+                    f"sum by (event) (increase({catalog.series('log_events')}{{{ONE}}}[$__rate_interval]))", "{{event}}"
                 )
             ],
             (7, 12, 12, 14),
@@ -478,8 +479,8 @@ def triage(t: Thresholds) -> Dashboard:
             dataSource=DS,
             gridPos=GridPos(7, 12, 0, 21),
             targets=[
-                target(f"vllm_headroom_environment_check{{{NODE}}}", "", instant=True, fmt="table"),
-                target(f"vllm_headroom_environment_info{{{NODE}}}", "", "B", instant=True, fmt="table"),
+                target(f"{catalog.series('environment_check')}{{{NODE}}}", "", instant=True, fmt="table"),
+                target(f"{catalog.series('environment_info')}{{{NODE}}}", "", "B", instant=True, fmt="table"),
             ],
         ),
         Stat(
@@ -487,17 +488,17 @@ def triage(t: Thresholds) -> Dashboard:
             dataSource=DS,
             gridPos=GridPos(7, 12, 12, 21),
             targets=[
-                target(f"vllm_headroom_kv_cache_capacity_tokens{{{ONE}}}", "metric (tokens)", instant=True),
-                target(f"vllm_headroom_kv_cache_capacity_log_tokens{{{ONE}}}", "log (tokens)", "B", instant=True),
-                target(f"vllm_headroom_max_concurrency{{{ONE}}}", "max concurrency", "C", instant=True),
+                target(f"{catalog.series('kv_cache_capacity_tokens')}{{{ONE}}}", "metric (tokens)", instant=True),
+                target(f"{catalog.series('kv_cache_capacity_log_tokens')}{{{ONE}}}", "log (tokens)", "B", instant=True),
+                target(f"{catalog.series('max_concurrency')}{{{ONE}}}", "max concurrency", "C", instant=True),
             ],
             reduceCalc="lastNotNull",
         ),
         timeseries(
             "GPU memory used and peak",
             [
-                target(f"vllm_headroom_gpu_memory_peak_used_bytes{{{NODE}}}", "GPU {{gpu}} peak"),
-                target(f"vllm_headroom_gpu_memory_total_bytes{{{NODE}}}", "GPU {{gpu}} total", "B"),
+                target(f"{catalog.series('gpu_memory_peak_used_bytes')}{{{NODE}}}", "GPU {{gpu}} peak"),
+                target(f"{catalog.series('gpu_memory_total_bytes')}{{{NODE}}}", "GPU {{gpu}} total", "B"),
             ],
             (8, 24, 0, 28),
             "bytes",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import catalog
 from exporter.generate.spec import (
     BASE_LABELS,
     CONFIG_STAGES,
@@ -24,7 +25,7 @@ def weekly_rules(t: Thresholds) -> list[dict[str, Any]]:
     weekly = [
         (
             "server:vllm_headroom_target:seen7d",
-            f"max by ({week_by}) (max_over_time(vllm_headroom_target_up{{{t.selector}}}[7d]))",
+            f"max by ({week_by}) (max_over_time({catalog.series('target_up')}{{{t.selector}}}[7d]))",
         ),
         (
             "server:vllm_headroom_kv_cache_usage:hours7d",
@@ -48,7 +49,7 @@ def weekly_rules(t: Thresholds) -> list[dict[str, Any]]:
         ),
         (
             "server:vllm_headroom_oom_events:increase7d",
-            f"sum by ({week_by}, stage, phase) (increase(vllm_headroom_oom_events_total{{{t.selector}}}[7d]))",
+            f"sum by ({week_by}, stage, phase) (increase({catalog.series('oom_events')}{{{t.selector}}}[7d]))",
         ),
         (
             "server:vllm_headroom_loading_oom:last_timestamp7d",
@@ -129,8 +130,8 @@ def verdict_conditions(t: Thresholds) -> list[str]:
     runtime = f'sum by ({week_by}) (server:vllm_headroom_oom_events:increase7d{{phase="runtime"}})'
     return [
         _uncleared("weight_loading"),
-        f"group by ({week_by}) (vllm_headroom_target_up{{{sel}}} * on (job, cluster, instance) group_left () "
-        f"(min by (job, cluster, instance) (vllm_headroom_environment_check{{{sel}}}) == 0))",
+        f"group by ({week_by}) ({catalog.series('target_up')}{{{sel}}} * on (job, cluster, instance) group_left () "
+        f"(min by (job, cluster, instance) ({catalog.series('environment_check')}{{{sel}}}) == 0))",
         _uncleared(CONFIG_STAGES),
         f"group by ({week_by}) (server:vllm_headroom_target:seen7d unless on ({week_by}) "
         f"(server:vllm_headroom_kv_cache_usage:hours7d >= {num(t.weekly_min_data_hours)}))",
@@ -270,11 +271,9 @@ def weekly_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
         verdict, reason = c.verdict
         who = {"server": f"case-{i}", "instance": f"node-{i}:9478"}
         case: list[tuple[str, str]] = [
-            server_series("vllm_headroom_oom_events_total", c.runtime_ooms, stage="decode", phase="runtime", **who),
-            server_series(
-                "vllm_headroom_oom_events_total", c.loading_ooms, stage=c.loading_stage, phase="loading", **who
-            ),
-            series("vllm_headroom_environment_check", c.check, check="gpu_count", instance=who["instance"]),
+            server_series(catalog.series("oom_events"), c.runtime_ooms, stage="decode", phase="runtime", **who),
+            server_series(catalog.series("oom_events"), c.loading_ooms, stage=c.loading_stage, phase="loading", **who),
+            series(catalog.series("environment_check"), c.check, check="gpu_count", instance=who["instance"]),
             server_series("server:vllm_headroom_requests_waiting_capacity:queueing", c.queueing, **who),
         ]
         if c.headroom:
@@ -294,7 +293,7 @@ def weekly_tests(t: Thresholds, rule_files: list[str]) -> dict[str, Any]:
             )
         if c.ready_at:
             case.append(server_series("server:vllm_headroom_engine_ready:timestamp", c.ready_at, **who))
-        case.append(server_series("vllm_headroom_target_up", "1x168", **who))
+        case.append(server_series(catalog.series("target_up"), "1x168", **who))
         if c.rollout:  # the same rows, split: the first half on the old pod, the second on the new one
             split = []
             for s, v in case:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
+from exporter import catalog
 from exporter.config import parse_config
 from exporter.daemon import Daemon
 from exporter.exposition_parser import parse
@@ -28,27 +29,27 @@ from exporter.vllm.names import normalize
 from exporter.vllm.scrape import ScrapeResult
 
 DAY = 86400
-KEEP = (
-    "vllm_headroom_target_up",
-    "vllm_headroom_kv_cache_headroom_ratio",
-    "vllm_headroom_kv_cache_usage_ratio",
-    "vllm_headroom_requests_running",
-    "vllm_headroom_requests_waiting",
-    "vllm_headroom_oom_events",
-    "vllm_headroom_log_events",
-    "vllm_headroom_prefix_cache_hits_tokens",
-    "vllm_headroom_prefix_cache_queries_tokens",
-    "vllm_headroom_environment_info",
-    "vllm_headroom_environment_check",
-    "vllm_headroom_vllm_config_info",
-    "vllm_headroom_gpu_memory_headroom_ratio",
-    "vllm_headroom_gpu_memory_peak_used_bytes",
-    "vllm_headroom_preemptions",
-    "vllm_headroom_prefix_cache_enabled",
-    "vllm_headroom_requests_waiting_by_reason",
-    "vllm_headroom_gpu_memory_utilization_ratio",
-    "vllm_headroom_gpu_memory_total_bytes",
-    "vllm_headroom_engine_ready",
+KEEP = (  # family names as OpenMetrics writes them: a counter without `_total`
+    catalog.family_name("target_up"),
+    catalog.family_name("kv_cache_headroom_ratio"),
+    catalog.family_name("kv_cache_usage_ratio"),
+    catalog.family_name("requests_running"),
+    catalog.family_name("requests_waiting"),
+    catalog.family_name("oom_events"),
+    catalog.family_name("log_events"),
+    catalog.family_name("prefix_cache_hits_tokens"),
+    catalog.family_name("prefix_cache_queries_tokens"),
+    catalog.family_name("environment_info"),
+    catalog.family_name("environment_check"),
+    catalog.family_name("vllm_config_info"),
+    catalog.family_name("gpu_memory_headroom_ratio"),
+    catalog.family_name("gpu_memory_peak_used_bytes"),
+    catalog.family_name("preemptions"),
+    catalog.family_name("prefix_cache_enabled"),
+    catalog.family_name("requests_waiting_by_reason"),
+    catalog.family_name("gpu_memory_utilization_ratio"),
+    catalog.family_name("gpu_memory_total_bytes"),
+    catalog.family_name("engine_ready"),
 )
 
 

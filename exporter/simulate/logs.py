@@ -14,13 +14,22 @@ STAGES = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "prefil
 # The one vocabulary of vLLM log lines for the simulator, the tests and the benchmarks (formats from vLLM's
 # logger and its stats logger, vllm/v1/metrics/loggers.py): build lines here rather than copying them.
 FIXED_STAMP = "08-16 12:01:00"  # a fixed time for tests that compare outputs
-ACCESS_OK = '(APIServer pid=1) INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
-APP_READY = "(APIServer pid=1) INFO:     Application startup complete."
+API = "APIServer pid=1"  # the API server's process tag, as most lines of a V1 log carry it
 
 
 def log_line(proc: str, level: str, src: str, msg: str, stamp: str = FIXED_STAMP) -> str:
     """One line as vLLM's logger writes it, with the process tag multiproc workers get."""
     return f"({proc}) {level} {stamp} [{src}] {msg}"
+
+
+def access_line(client: str = "10.0.0.5:51234", target: str = "/v1/chat/completions", status: str = "200 OK") -> str:
+    """A request as uvicorn's access log writes it under the API server's tag (uvicorn/logging.py AccessFormatter:
+    `%(client_addr)s - "%(request_line)s" %(status_code)s`, the code with its phrase; `client` is host:port)."""
+    return f'({API}) INFO:     {client} - "POST {target} HTTP/1.1" {status}'
+
+
+ACCESS_OK = access_line()
+APP_READY = f"({API}) INFO:     Application startup complete."
 
 
 def stats_message(
@@ -75,7 +84,7 @@ class VllmLogWriter:
         return log_line(proc, level, src, msg, self._stamp())
 
     def api(self, msg: str, level: str = "INFO", src: str = "api_server.py:1839") -> str:
-        return self._line("APIServer pid=1", level, src, msg)
+        return self._line(API, level, src, msg)
 
     def engine(self, msg: str, level: str = "INFO", src: str = "core.py:77") -> str:
         return self._line(f"EngineCore_DP0 pid={self.pid}", level, src, msg)
@@ -149,7 +158,7 @@ class VllmLogWriter:
                     "init engine (profile, create kv cache, warmup model) took 71.64 seconds", src="core.py:210"
                 ),
                 self.api("Starting vLLM API server 0 on http://0.0.0.0:8000", src="api_server.py:1912"),
-                "(APIServer pid=1) INFO:     Application startup complete.",
+                APP_READY,
             ]
         )
 

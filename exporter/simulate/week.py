@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from exporter import catalog
 from exporter.environment import CHECKS
 from exporter.logs.patterns import ENGINE_STAGES, LOADING_STAGES, RUNTIME_STAGES
 from exporter.simulate.memory import VllmMemoryModel
@@ -244,12 +245,12 @@ class Week:
             }
             # vLLM holds its budget (plus CUDA graphs) whatever the KV usage; 10 Hz peaks barely differ
             used = memory.used("ready") + 0.0005 * math.sin(m / 37)
-            self._s("vllm_headroom_gpu_memory_peak_used_bytes", "gauge", lab).add(ts, round(used * GPU_TOTAL))
-            self._s("vllm_headroom_gpu_memory_total_bytes", "gauge", lab).add(ts, GPU_TOTAL)
-            self._s("vllm_headroom_gpu_memory_headroom_ratio", "gauge", lab).add(ts, round(1 - used, 6))
-            self._s("vllm_headroom_gpu_up", "gauge", lab).add(ts, 1)
+            self._s(catalog.family_name("gpu_memory_peak_used_bytes"), "gauge", lab).add(ts, round(used * GPU_TOTAL))
+            self._s(catalog.family_name("gpu_memory_total_bytes"), "gauge", lab).add(ts, GPU_TOTAL)
+            self._s(catalog.family_name("gpu_memory_headroom_ratio"), "gauge", lab).add(ts, round(1 - used, 6))
+            self._s(catalog.family_name("gpu_up"), "gauge", lab).add(ts, 1)
         for check in CHECKS[:1]:
-            self._s("vllm_headroom_environment_check", "gauge", {**base, "check": check}).add(ts, 1)
+            self._s(catalog.family_name("environment_check"), "gauge", {**base, "check": check}).add(ts, 1)
 
     def _advance(
         self,
@@ -280,23 +281,23 @@ class Week:
             return
         base, ts = out
         srv = {**base, "server": s.name, "role": s.role}
-        self._s("vllm_headroom_target_up", "gauge", srv).add(ts, 1 if st.up else 0)
-        self._s("vllm_headroom_engine_ready", "gauge", srv).add(ts, 1 if st.up and st.stage == "ready" else 0)
+        self._s(catalog.family_name("target_up"), "gauge", srv).add(ts, 1 if st.up else 0)
+        self._s(catalog.family_name("engine_ready"), "gauge", srv).add(ts, 1 if st.up and st.stage == "ready" else 0)
         for stage in ENGINE_STAGES:  # the exporter writes all eight; the replay the ones this server enters
             if stage in STAGES_OF[s.incident.kind]:
-                self._s("vllm_headroom_engine_stage", "gauge", {**srv, "stage": stage}).add(
+                self._s(catalog.family_name("engine_stage"), "gauge", {**srv, "stage": stage}).add(
                     ts, 1 if stage == st.stage else 0
                 )
         for (stage, phase), v in oom.items():
             if (stage, phase) not in OOMS_OF.get(s.incident.kind, ()):
                 continue  # a counter that stays 0 all week changes no alert
-            self._s("vllm_headroom_oom_events", "counter", {**srv, "stage": stage, "phase": phase}).add(ts, v)
-        self._s("vllm_headroom_log_file_present", "gauge", srv).add(ts, 1)
-        self._s("vllm_headroom_log_last_read_timestamp_seconds", "gauge", srv).add(ts, log_at)
-        self._s("vllm_headroom_gpu_memory_utilization_ratio", "gauge", srv).add(ts, s.utilization)
+            self._s(catalog.family_name("oom_events"), "counter", {**srv, "stage": stage, "phase": phase}).add(ts, v)
+        self._s(catalog.family_name("log_file_present"), "gauge", srv).add(ts, 1)
+        self._s(catalog.family_name("log_last_read_timestamp_seconds"), "gauge", srv).add(ts, log_at)
+        self._s(catalog.family_name("gpu_memory_utilization_ratio"), "gauge", srv).add(ts, s.utilization)
         if not st.up:
             return  # nothing re-exported from a vLLM that does not answer
-        self._s("vllm_headroom_prefix_cache_enabled", "gauge", srv).add(ts, 1)
+        self._s(catalog.family_name("prefix_cache_enabled"), "gauge", srv).add(ts, 1)
         for e in range(s.engines):
             x = load(m, e)
             eng = {**srv, "model_name": "kimi-k3", "engine": str(e)}
@@ -306,16 +307,18 @@ class Week:
             if (m % DAY_MIN) // 60 == 15 and 30 <= (m % 60) < 34:
                 queue = max(queue, 1.0)  # a short queue at the peak that clears within minutes
             if st.kv:
-                self._s("vllm_headroom_kv_cache_usage_ratio", "gauge", eng).add(ts, round(kv, 4))
-                self._s("vllm_headroom_kv_cache_headroom_ratio", "gauge", eng).add(ts, round(1 - kv, 4))
+                self._s(catalog.family_name("kv_cache_usage_ratio"), "gauge", eng).add(ts, round(kv, 4))
+                self._s(catalog.family_name("kv_cache_headroom_ratio"), "gauge", eng).add(ts, round(1 - kv, 4))
                 for reason, v in (("capacity", queue), ("deferred", 0.0)):
-                    self._s("vllm_headroom_requests_waiting_by_reason", "gauge", {**eng, "reason": reason}).add(ts, v)
-            self._s("vllm_headroom_requests_running", "gauge", eng).add(ts, round(40 * x))
-            self._s("vllm_headroom_requests_waiting", "gauge", eng).add(ts, queue)
-            self._s("vllm_headroom_preemptions", "counter", eng).add(ts, preempt[e])
-            self._s("vllm_headroom_generation_tokens", "counter", eng).add(ts, gen[e])
-            self._s("vllm_headroom_prefix_cache_hits_tokens", "counter", eng).add(ts, hits[e])
-            self._s("vllm_headroom_prefix_cache_queries_tokens", "counter", eng).add(ts, queries[e])
+                    self._s(catalog.family_name("requests_waiting_by_reason"), "gauge", {**eng, "reason": reason}).add(
+                        ts, v
+                    )
+            self._s(catalog.family_name("requests_running"), "gauge", eng).add(ts, round(40 * x))
+            self._s(catalog.family_name("requests_waiting"), "gauge", eng).add(ts, queue)
+            self._s(catalog.family_name("preemptions"), "counter", eng).add(ts, preempt[e])
+            self._s(catalog.family_name("generation_tokens"), "counter", eng).add(ts, gen[e])
+            self._s(catalog.family_name("prefix_cache_hits_tokens"), "counter", eng).add(ts, hits[e])
+            self._s(catalog.family_name("prefix_cache_queries_tokens"), "counter", eng).add(ts, queries[e])
 
     def series_names(self) -> Iterator[tuple[str, frozenset[str]]]:
         """(sample name, label names without job/instance) of every series, for the shape check."""

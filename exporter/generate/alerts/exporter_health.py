@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     GPU_BY,
     SERVER_BY,
@@ -34,13 +35,13 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             "5m",
-            f"max by (job, cluster, instance, gpu) (vllm_headroom_gpu_up{{{sel}}}) == 0",
+            f"max by (job, cluster, instance, gpu) ({catalog.series('gpu_up')}{{{sel}}}) == 0",
             "vllm-headroom cannot read GPU {{ $labels.gpu }} on {{ $labels.instance }}",
             "GPU memory reads fail (lost GPU or library error): GPU headroom is blind for this GPU.",
             GPU_BY,
             [
-                Case("failing reads fire", [gpu_series("vllm_headroom_gpu_up", "0x20")], "10m", True),
-                Case("good reads do not fire", [gpu_series("vllm_headroom_gpu_up", "1x20")], "10m", False),
+                Case("failing reads fire", [gpu_series(catalog.series("gpu_up"), "0x20")], "10m", True),
+                Case("good reads do not fire", [gpu_series(catalog.series("gpu_up"), "1x20")], "10m", False),
             ],
             exporter_runbook,
         )
@@ -52,8 +53,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             "5m",
-            f"(time() - max by ({by}) (vllm_headroom_log_last_read_timestamp_seconds{{{sel}}}) > {stalled})\n"
-            f"and on ({by})\n(sum by ({by}) (rate(vllm_headroom_generation_tokens_total{{{sel}}}[5m])) > 0)",
+            f"(time() - max by ({by}) ({catalog.series('log_last_read_timestamp_seconds')}{{{sel}}}) > {stalled})\n"
+            f"and on ({by})\n(sum by ({by}) (rate({catalog.series('generation_tokens')}{{{sel}}}[5m])) > 0)",
             "No new log lines from {{ $labels.server }} for {{ $value | humanizeDuration }} while it generates tokens",
             "The server generates tokens (vLLM then logs its stats at INFO every few seconds) but nothing reaches the "
             "log tail: wrong path, rotated away, unmounted. An idle vLLM logs its stats at DEBUG and may have access "
@@ -63,8 +64,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a silent log of a server generating tokens fires",
                     [
-                        server_series("vllm_headroom_log_last_read_timestamp_seconds", "0x60"),
-                        engine_series("vllm_headroom_generation_tokens_total", "0+600x60"),
+                        server_series(catalog.series("log_last_read_timestamp_seconds"), "0x60"),
+                        engine_series(catalog.series("generation_tokens"), "0+600x60"),
                     ],
                     f"{stalled // 60 + 10}m",
                     True,
@@ -72,9 +73,9 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a silent log of an idle server does not fire",
                     [
-                        server_series("vllm_headroom_log_last_read_timestamp_seconds", "0x60"),
-                        server_series("vllm_headroom_target_up", "1x60"),
-                        engine_series("vllm_headroom_generation_tokens_total", "500x60"),
+                        server_series(catalog.series("log_last_read_timestamp_seconds"), "0x60"),
+                        server_series(catalog.series("target_up"), "1x60"),
+                        engine_series(catalog.series("generation_tokens"), "500x60"),
                     ],
                     f"{stalled // 60 + 10}m",
                     False,
@@ -82,8 +83,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a log read every minute does not fire",
                     [
-                        server_series("vllm_headroom_log_last_read_timestamp_seconds", "0+60x60"),
-                        engine_series("vllm_headroom_generation_tokens_total", "0+600x60"),
+                        server_series(catalog.series("log_last_read_timestamp_seconds"), "0+60x60"),
+                        engine_series(catalog.series("generation_tokens"), "0+600x60"),
                     ],
                     f"{stalled // 60 + 10}m",
                     False,
@@ -98,15 +99,15 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             "10m",
-            f"max by ({by}) (vllm_headroom_log_file_present{{{sel}}}) == 0",
+            f"max by ({by}) ({catalog.series('log_file_present')}{{{sel}}}) == 0",
             "The configured log of {{ $labels.server }} does not exist",
             "Stage-tagged OOM events cannot be seen without the log.",
             SERVER_BY,
             [
-                Case("a missing log fires", [server_series("vllm_headroom_log_file_present", "0x30")], "15m", True),
+                Case("a missing log fires", [server_series(catalog.series("log_file_present"), "0x30")], "15m", True),
                 Case(
                     "a present log does not fire",
-                    [server_series("vllm_headroom_log_file_present", "1x30")],
+                    [server_series(catalog.series("log_file_present"), "1x30")],
                     "15m",
                     False,
                 ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     GPU_BY,
     AlertSpec,
@@ -21,10 +22,10 @@ def specs(t: Thresholds) -> list[AlertSpec]:
         "claims that budget at start and fills what weights and activations leave with KV cache, so use "
         "at the budget is normal; use beyond it is memory vLLM did not plan for: another process on the "
         "GPU, an activation spike the profile missed, fragmentation, or a leak.",
-        "confirm": "`gpu:vllm_headroom_gpu_memory_over_budget:ratio` and `vllm_headroom_gpu_memory_peak_used_bytes` "
+        "confirm": f"`gpu:vllm_headroom_gpu_memory_over_budget:ratio` and `{catalog.series('gpu_memory_peak_used_bytes')}` "
         "(max over a trailing window of 10 Hz samples) per GPU; "
-        "`vllm_headroom_gpu_process_memory_used_bytes` for other processes on the GPU; "
-        "`vllm_headroom_gpu_memory_utilization_ratio` for the budget; whether the excess grows under the "
+        f"`{catalog.series('gpu_process_memory_used_bytes')}` for other processes on the GPU; "
+        f"`{catalog.series('gpu_memory_utilization_ratio')}` for the budget; whether the excess grows under the "
         "same load.",
         "first": "Find what uses memory beyond the budget: stop other processes on the GPU; cap "
         "`--max-num-batched-tokens` if prefill spikes overshoot; restart to clear fragmentation and record "
@@ -39,12 +40,12 @@ def specs(t: Thresholds) -> list[AlertSpec]:
 
     def memory_case(peak: float, util: float | None, total: float = 100.0) -> list[tuple[str, str]]:
         out = [
-            gpu_series("vllm_headroom_gpu_memory_peak_used_bytes", f"{num(peak * total)}x40"),
-            gpu_series("vllm_headroom_gpu_memory_total_bytes", f"{num(total)}x40"),
-            gpu_series("vllm_headroom_gpu_memory_headroom_ratio", f"{num(round(1 - peak, 6))}x40"),
+            gpu_series(catalog.series("gpu_memory_peak_used_bytes"), f"{num(peak * total)}x40"),
+            gpu_series(catalog.series("gpu_memory_total_bytes"), f"{num(total)}x40"),
+            gpu_series(catalog.series("gpu_memory_headroom_ratio"), f"{num(round(1 - peak, 6))}x40"),
         ]
         if util is not None:
-            out.append(server_series("vllm_headroom_gpu_memory_utilization_ratio", f"{num(util)}x40"))
+            out.append(server_series(catalog.series("gpu_memory_utilization_ratio"), f"{num(util)}x40"))
         return out
 
     out.append(

@@ -3,6 +3,7 @@ vLLM working as designed. Also the capacity the metric and the log disagree on."
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     ENGINE_BY,
     SERVER_BY,
@@ -27,9 +28,9 @@ def specs(t: Thresholds) -> list[AlertSpec]:
         "blocks); the symptom is the queue and the preemptions.",
         "confirm": "`engine:vllm_headroom_requests_waiting_capacity:sum` per engine (vLLM's "
         '`num_requests_waiting_by_reason{reason="capacity"}` where it has it), '
-        "`vllm_headroom_kv_cache_usage_ratio` of the same engine, "
+        f"`{catalog.series('kv_cache_usage_ratio')}` of the same engine, "
         f"`engine:vllm_headroom_preemptions:rate{t.preemption_window}`, the request mix (prompt "
-        "lengths) and `vllm_headroom_kv_cache_capacity_tokens`. One engine queueing while the others "
+        f"lengths) and `{catalog.series('kv_cache_capacity_tokens')}`. One engine queueing while the others "
         "have room points at DP routing, not capacity.",
         "first": "Tune: cap context per request, lower `--max-num-seqs`, enable prefix caching where prompts repeat, "
         "or use an fp8 KV cache; balance load across DP engines; replay the same request set to confirm "
@@ -57,9 +58,9 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "capacity waiting on one engine fires",
                     [
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "3x40", reason="capacity"),
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "0x40", reason="deferred"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.99x40"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "3x40", reason="capacity"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "0x40", reason="deferred"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.99x40"),
                     ],
                     after(t.kv_queue_for, 10),
                     True,
@@ -67,8 +68,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "exactly the page level on average fires",
                     [
-                        engine_series("vllm_headroom_requests_waiting_by_reason", f"{num(qn)}x40", reason="capacity"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.99x40"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), f"{num(qn)}x40", reason="capacity"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.99x40"),
                     ],
                     after(t.kv_queue_for, 10),
                     True,
@@ -76,9 +77,9 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a full cache with no queue does not fire (vLLM by design)",
                     [
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "0x40", reason="capacity"),
-                        engine_series("vllm_headroom_requests_waiting", "0x40"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "1x40"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "0x40", reason="capacity"),
+                        engine_series(catalog.series("requests_waiting"), "0x40"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "1x40"),
                     ],
                     after(t.kv_queue_for, 10),
                     False,
@@ -86,10 +87,10 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "deferred waiting is not capacity",
                     [
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "0x40", reason="capacity"),
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "6x40", reason="deferred"),
-                        engine_series("vllm_headroom_requests_waiting", "6x40"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "1x40"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "0x40", reason="capacity"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "6x40", reason="deferred"),
+                        engine_series(catalog.series("requests_waiting"), "6x40"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "1x40"),
                     ],
                     after(t.kv_queue_for, 10),
                     False,
@@ -97,10 +98,10 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "without by_reason: engine 1 queueing at half KV while engine 0 is full does not fire",
                     [
-                        engine_series("vllm_headroom_requests_waiting", "0x40", engine="0"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "1x40", engine="0"),
-                        engine_series("vllm_headroom_requests_waiting", "5x40", engine="1"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.5x40", engine="1"),
+                        engine_series(catalog.series("requests_waiting"), "0x40", engine="0"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "1x40", engine="0"),
+                        engine_series(catalog.series("requests_waiting"), "5x40", engine="1"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.5x40", engine="1"),
                     ],
                     after(t.kv_queue_for, 10),
                     False,
@@ -108,10 +109,10 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "without by_reason: waiting on the engine whose cache is full fires",
                     [
-                        engine_series("vllm_headroom_requests_waiting", "0x40", engine="0"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.5x40", engine="0"),
-                        engine_series("vllm_headroom_requests_waiting", "5x40", engine="1"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.99x40", engine="1"),
+                        engine_series(catalog.series("requests_waiting"), "0x40", engine="0"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.5x40", engine="0"),
+                        engine_series(catalog.series("requests_waiting"), "5x40", engine="1"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.99x40", engine="1"),
                     ],
                     after(t.kv_queue_for, 10),
                     True,
@@ -120,8 +121,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a 3-minute queue burst that clears does not fire",
                     [
-                        engine_series("vllm_headroom_requests_waiting_by_reason", "0x10 4x3 0x30", reason="capacity"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "1x45"),
+                        engine_series(catalog.series("requests_waiting_by_reason"), "0x10 4x3 0x30", reason="capacity"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "1x45"),
                     ],
                     "25m",
                     False,
@@ -150,13 +151,13 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             [
                 Case(
                     "a sustained preemption rate fires",
-                    [engine_series("vllm_headroom_preemptions_total", f"0+{num(per_min * 2)}x80")],
+                    [engine_series(catalog.series("preemptions"), f"0+{num(per_min * 2)}x80")],
                     after(t.preemption_for, 20),
                     True,
                 ),
                 Case(
                     "just under the rate does not fire",
-                    [engine_series("vllm_headroom_preemptions_total", f"0+{num(per_min * 0.9)}x80")],
+                    [engine_series(catalog.series("preemptions"), f"0+{num(per_min * 0.9)}x80")],
                     after(t.preemption_for, 20),
                     False,
                 ),
@@ -164,7 +165,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                     "a 2-minute burst that recovers does not fire",
                     [
                         engine_series(
-                            "vllm_headroom_preemptions_total", f"0x20 0+{num(per_min * 5)}x2 {num(per_min * 10)}x60"
+                            catalog.series("preemptions"), f"0x20 0+{num(per_min * 5)}x2 {num(per_min * 10)}x60"
                         )
                     ],
                     "40m",
@@ -181,24 +182,27 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "info",
             "ticket",
             "0m",
-            f"max by ({by}) (vllm_headroom_kv_cache_capacity_mismatch{{{sel}}}) == 1",
+            f"max by ({by}) ({catalog.series('kv_cache_capacity_mismatch')}{{{sel}}}) == 1",
             "KV-cache capacity from vLLM's metric and its startup log disagree on {{ $labels.server }}",
             "The two capacity figures differ by more than 10% (seen on hybrid models); trust the metric and record both.",
             SERVER_BY,
             [
                 Case(
-                    "a mismatch fires", [server_series("vllm_headroom_kv_cache_capacity_mismatch", "1x10")], "5m", True
+                    "a mismatch fires",
+                    [server_series(catalog.series("kv_cache_capacity_mismatch"), "1x10")],
+                    "5m",
+                    True,
                 ),
                 Case(
                     "agreement does not fire",
-                    [server_series("vllm_headroom_kv_cache_capacity_mismatch", "0x10")],
+                    [server_series(catalog.series("kv_cache_capacity_mismatch"), "0x10")],
                     "5m",
                     False,
                 ),
             ],
             {
                 "meaning": "vLLM's `cache_config_info` and its `GPU KV cache size` line give different capacities.",
-                "confirm": "`vllm_headroom_kv_cache_capacity_tokens` and `..._capacity_log_tokens`.",
+                "confirm": f"`{catalog.series('kv_cache_capacity_tokens')}` and `..._capacity_log_tokens`.",
                 "first": "Plan with the metric's figure; note the difference in the capacity review.",
                 "scale": "Not by itself.",
                 "evidence": "Both figures and the vLLM version.",

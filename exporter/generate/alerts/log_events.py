@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     SERVER_BY,
     SERVER_BY_PROMQL,
@@ -23,7 +24,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "info",
             "ticket",
             "0m",
-            f'sum by ({by}) (increase(vllm_headroom_log_events_total{{{sel},event="tool_call_parse_error"}}[1h])) > '
+            f'sum by ({by}) (increase({catalog.series("log_events")}{{{sel},event="tool_call_parse_error"}}[1h])) > '
             f"{num(t.tool_call_errors_per_hour)}",
             "{{ $value | humanize }} tool-call parse errors in the last hour on {{ $labels.server }}",
             "The tool-call parser failed on model output: clients get plain text instead of tool calls.",
@@ -33,7 +34,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                     "many parse errors fire",
                     [
                         server_series(
-                            "vllm_headroom_log_events_total",
+                            catalog.series("log_events"),
                             f"0+{num(t.tool_call_errors_per_hour / 30)}x60",
                             event="tool_call_parse_error",
                         )
@@ -43,7 +44,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 ),
                 Case(
                     "a few parse errors do not fire",
-                    [server_series("vllm_headroom_log_events_total", "0 1 2 2 2 2 2 2", event="tool_call_parse_error")],
+                    [server_series(catalog.series("log_events"), "0 1 2 2 2 2 2 2", event="tool_call_parse_error")],
                     "7m",
                     False,
                 ),
@@ -64,20 +65,20 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             "0m",
-            f'sum by ({by}) (increase(vllm_headroom_log_events_total{{{sel},event="comm_error"}}[15m])) > 0',
+            f'sum by ({by}) (increase({catalog.series("log_events")}{{{sel},event="comm_error"}}[15m])) > 0',
             "NCCL / collective communication errors on {{ $labels.server }}",
             "Collective operations failed or timed out: the engine usually dies with them.",
             SERVER_BY,
             [
                 Case(
                     "a communication error fires",
-                    [server_series("vllm_headroom_log_events_total", "0 0 1x20", event="comm_error")],
+                    [server_series(catalog.series("log_events"), "0 0 1x20", event="comm_error")],
                     "5m",
                     True,
                 ),
                 Case(
                     "no communication error does not fire",
-                    [server_series("vllm_headroom_log_events_total", "0x20", event="comm_error")],
+                    [server_series(catalog.series("log_events"), "0x20", event="comm_error")],
                     "5m",
                     False,
                 ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     SERVER_BY,
     SERVER_BY_PROMQL,
@@ -30,7 +31,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
         other_phase_stage: str,
         window: str,
     ) -> AlertSpec:
-        expr = f'sum by ({by}, stage) (increase(vllm_headroom_oom_events_total{{{sel},phase="{phase}"}}[{window}])) > 0'
+        expr = f'sum by ({by}, stage) (increase({catalog.series("oom_events")}{{{sel},phase="{phase}"}}[{window}])) > 0'
         other = "loading" if phase == "runtime" else "runtime"
         w = int(minutes(window))
         return AlertSpec(
@@ -45,7 +46,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             [
                 Case(
                     "an OOM in this phase fires",
-                    [server_series("vllm_headroom_oom_events_total", "0 0 0 1 1 1 1 1", stage=stage, phase=phase)],
+                    [server_series(catalog.series("oom_events"), "0 0 0 1 1 1 1 1", stage=stage, phase=phase)],
                     "5m",
                     True,
                     {"stage": stage},
@@ -54,7 +55,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                     f"a {other}-stage OOM does not fire it",
                     [
                         server_series(
-                            "vllm_headroom_oom_events_total", "0 0 0 1 1 1 1 1", stage=other_phase_stage, phase=other
+                            catalog.series("oom_events"), "0 0 0 1 1 1 1 1", stage=other_phase_stage, phase=other
                         )
                     ],
                     "5m",
@@ -62,13 +63,13 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 ),
                 Case(
                     "a flat counter does not fire",
-                    [server_series("vllm_headroom_oom_events_total", "2x20", stage=stage, phase=phase)],
+                    [server_series(catalog.series("oom_events"), "2x20", stage=stage, phase=phase)],
                     "15m",
                     False,
                 ),
                 Case(
                     f"an OOM ages out after {window}",
-                    [server_series("vllm_headroom_oom_events_total", f"0 1x{w + 30}", stage=stage, phase=phase)],
+                    [server_series(catalog.series("oom_events"), f"0 1x{w + 30}", stage=stage, phase=phase)],
                     f"{w + 15}m",
                     False,
                 ),
@@ -89,7 +90,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 "meaning": "vLLM's engine hit an out-of-memory error during a prefill or decode step after it was ready; "
                 "in V1 the engine process dies and in-flight requests fail.",
                 "confirm": "`vllm-headroom triage <log>` on the server's log: stage prefill or decode, `ready before: yes`. "
-                "Check `vllm_headroom_gpu_memory_peak_used_bytes` and `vllm_headroom_kv_cache_usage_ratio` just "
+                f"Check `{catalog.series('gpu_memory_peak_used_bytes')}` and `{catalog.series('kv_cache_usage_ratio')}` just "
                 "before the failure.",
                 "first": "Reduce one at a time: the context (`--max-model-len`, prompt caps), the concurrency "
                 "(`--max-num-seqs`, `--max-num-batched-tokens` for long prefills), or the cache retention "
@@ -126,7 +127,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 "`--max-model-len` with the capacity the log states and revisit `--gpu-memory-utilization`.",
                 "scale": "If the model's weights and one max-length request cannot fit on this topology at any setting, "
                 "this is a migrate-or-scale decision: more or larger GPUs, or a different parallel layout.",
-                "evidence": "The triage report (stage, startup timeline, memory split), `vllm_headroom_environment_check`, "
+                "evidence": f"The triage report (stage, startup timeline, memory split), `{catalog.series('environment_check')}`, "
                 "the image tag, driver and CUDA versions, GPU model and count, and the parallel sizes.",
             },
             "kv_cache_alloc",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     SERVER_BY,
     AlertSpec,
@@ -19,7 +20,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
     prefix_runbook = {
         "meaning": "The share of prompt tokens served from the prefix cache fell far below its own 1-day level.",
         "confirm": f"`{t.hit_ratio_fast}` against `{t.hit_ratio_baseline}`; check "
-        "`vllm_headroom_prefix_cache_enabled`, recent restarts (the cache starts empty), routing changes "
+        f"`{catalog.series('prefix_cache_enabled')}`, recent restarts (the cache starts empty), routing changes "
         "that split repeat traffic across replicas, and `--prefix-cache-retention-interval` (vLLM's CacheConfig.prefix_cache_retention_interval in vllm/config/cache.py, for sliding-window and Mamba-style cache groups; recent releases only, so check `vllm serve --help`; vLLM has no environment variable of that name).",
         "first": "Restore prefix-aware routing or the retention setting that changed; on hybrid models make sure "
         "`--enable-prefix-caching` is given (it is off by default there).",
@@ -44,8 +45,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a collapse against a healthy baseline fires",
                     [
-                        engine_series("vllm_headroom_prefix_cache_queries_tokens_total", "0+2000x800"),
-                        engine_series("vllm_headroom_prefix_cache_hits_tokens_total", "0+1200x720 864200+200x80"),
+                        engine_series(catalog.series("prefix_cache_queries_tokens"), "0+2000x800"),
+                        engine_series(catalog.series("prefix_cache_hits_tokens"), "0+1200x720 864200+200x80"),
                     ],
                     "26h",
                     True,
@@ -54,8 +55,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a steady ratio does not fire",
                     [
-                        engine_series("vllm_headroom_prefix_cache_queries_tokens_total", "0+2000x800"),
-                        engine_series("vllm_headroom_prefix_cache_hits_tokens_total", "0+1200x800"),
+                        engine_series(catalog.series("prefix_cache_queries_tokens"), "0+2000x800"),
+                        engine_series(catalog.series("prefix_cache_hits_tokens"), "0+1200x800"),
                     ],
                     "26h",
                     False,
@@ -64,8 +65,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a low baseline does not count as a collapse",
                     [
-                        engine_series("vllm_headroom_prefix_cache_queries_tokens_total", "0+2000x800"),
-                        engine_series("vllm_headroom_prefix_cache_hits_tokens_total", "0+200x720 144020+20x80"),
+                        engine_series(catalog.series("prefix_cache_queries_tokens"), "0+2000x800"),
+                        engine_series(catalog.series("prefix_cache_hits_tokens"), "0+200x720 144020+20x80"),
                     ],
                     "26h",
                     False,
@@ -81,15 +82,15 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "info",
             "ticket",
             "15m",
-            f'vllm_headroom_prefix_cache_enabled{{{sel},server=~"{t.prefix_reuse_servers}"}} == 0',
+            f'{catalog.series("prefix_cache_enabled")}{{{sel},server=~"{t.prefix_reuse_servers}"}} == 0',
             "Prefix caching is off on {{ $labels.server }}, whose traffic is expected to repeat prefixes",
             "Repeated prefixes are recomputed on every request.",
             SERVER_BY,
             [
-                Case("caching off fires", [server_series("vllm_headroom_prefix_cache_enabled", "0x30")], "20m", True),
+                Case("caching off fires", [server_series(catalog.series("prefix_cache_enabled"), "0x30")], "20m", True),
                 Case(
                     "caching on does not fire",
-                    [server_series("vllm_headroom_prefix_cache_enabled", "1x30")],
+                    [server_series(catalog.series("prefix_cache_enabled"), "1x30")],
                     "20m",
                     False,
                 ),

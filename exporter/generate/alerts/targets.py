@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog
 from exporter.generate.spec import (
     LOADING,
     SERVER_BY,
@@ -15,6 +16,10 @@ from exporter.generate.spec import (
     server_series,
 )
 from exporter.generate.thresholds import Thresholds
+from exporter.vllm import names
+
+# the KV-usage gauge's name before vLLM renamed it (exporter/vllm/names.py RENAMES)
+KV_USAGE_BEFORE = next(old for old, new in names.RENAMES.items() if new == names.KV_USAGE)
 
 
 def specs(t: Thresholds) -> list[AlertSpec]:
@@ -23,22 +28,22 @@ def specs(t: Thresholds) -> list[AlertSpec]:
     out: list[AlertSpec] = []
     ready_runbook = {
         "meaning": "The engine is not serving: it is still loading, crashed, or stopped answering.",
-        "confirm": "`vllm_headroom_engine_stage` shows where it is; `vllm-headroom triage <log>` tells a loading-stage "
-        "failure from a runtime crash; `vllm_headroom_target_up` says whether /metrics answers.",
+        "confirm": f"`{catalog.series('engine_stage')}` shows where it is; `vllm-headroom triage <log>` tells a loading-stage "
+        f"failure from a runtime crash; `{catalog.series('target_up')}` says whether /metrics answers.",
         "first": "If it crashed on memory, follow VllmLoadingStageOOM or VllmRuntimeOOM; if it is still loading, "
-        "compare `vllm_headroom_startup_stage_duration_seconds` with earlier starts.",
+        f"compare `{catalog.series('startup_stage_duration_seconds')}` with earlier starts.",
         "scale": "Repeated failures to start on this hardware are a migrate-or-scale decision (see the loading-stage "
         "runbook).",
         "evidence": "Engine stage timeline, triage report, restart count of the pod or unit.",
     }
-    recent_oom = f"(sum by ({by}) (increase(vllm_headroom_oom_events_total{{{sel}}}[30m])) > 0)"
+    recent_oom = f"(sum by ({by}) (increase({catalog.series('oom_events')}{{{sel}}}[30m])) > 0)"
     out.append(
         AlertSpec(
             "VllmEngineNotReady",
             "warning",
             "ticket",
             t.engine_not_ready_for,
-            f'(max by ({by}) (vllm_headroom_engine_stage{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
+            f'(max by ({by}) ({catalog.series("engine_stage")}{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
             f"{recent_oom}",
             "vLLM engine on {{ $labels.server }} has been loading for more than " + t.engine_not_ready_for,
             "The engine is loading for longer than a normal start, with no memory failure to explain it (those have "
@@ -47,7 +52,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             [
                 Case(
                     "loading past the startup budget fires",
-                    [server_series("vllm_headroom_engine_stage", "1x40", stage="weight_loading")],
+                    [server_series(catalog.series("engine_stage"), "1x40", stage="weight_loading")],
                     after(t.engine_not_ready_for),
                     True,
                 ),
@@ -55,7 +60,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                     "a normal start does not fire",
                     [
                         server_series(
-                            "vllm_headroom_engine_stage",
+                            catalog.series("engine_stage"),
                             f"1x{int(minutes(t.engine_not_ready_for)) - 5} 0x30",
                             stage="weight_loading",
                         )
@@ -66,10 +71,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "a crash loop on a loading-stage OOM is the OOM alert's, not this one's",
                     [
-                        server_series("vllm_headroom_engine_stage", "1x40", stage="weight_loading"),
-                        server_series(
-                            "vllm_headroom_oom_events_total", "0+1x40", stage="weight_loading", phase="loading"
-                        ),
+                        server_series(catalog.series("engine_stage"), "1x40", stage="weight_loading"),
+                        server_series(catalog.series("oom_events"), "0+1x40", stage="weight_loading", phase="loading"),
                     ],
                     after(t.engine_not_ready_for),
                     False,
@@ -84,8 +87,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "critical",
             "page",
             t.target_down_for,
-            f"(max by ({by}) (vllm_headroom_target_up{{{sel}}}) == 0)\nunless on ({by})\n"
-            f'(max by ({by}) (vllm_headroom_engine_stage{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
+            f"(max by ({by}) ({catalog.series('target_up')}{{{sel}}}) == 0)\nunless on ({by})\n"
+            f'(max by ({by}) ({catalog.series("engine_stage")}{{{sel},stage=~"{LOADING}"}}) == 1)\nunless on ({by})\n'
             f"{recent_oom}",
             "vLLM on {{ $labels.server }} does not answer, is not loading, and no memory failure explains it",
             "The vLLM server is down: its /metrics does not answer and its log does not say it is starting.",
@@ -94,8 +97,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "down and not loading fires",
                     [
-                        server_series("vllm_headroom_target_up", "0x30"),
-                        server_series("vllm_headroom_engine_stage", "1x30", stage="crashed"),
+                        server_series(catalog.series("target_up"), "0x30"),
+                        server_series(catalog.series("engine_stage"), "1x30", stage="crashed"),
                     ],
                     after(t.target_down_for),
                     True,
@@ -103,8 +106,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "down while loading weights does not fire",
                     [
-                        server_series("vllm_headroom_target_up", "0x30"),
-                        server_series("vllm_headroom_engine_stage", "1x30", stage="weight_loading"),
+                        server_series(catalog.series("target_up"), "0x30"),
+                        server_series(catalog.series("engine_stage"), "1x30", stage="weight_loading"),
                     ],
                     after(t.target_down_for),
                     False,
@@ -112,10 +115,10 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 Case(
                     "down after an OOM that already alerted does not fire",
                     [
-                        server_series("vllm_headroom_target_up", "1x5 0x30"),
-                        server_series("vllm_headroom_engine_stage", "1x30", stage="crashed"),
+                        server_series(catalog.series("target_up"), "1x5 0x30"),
+                        server_series(catalog.series("engine_stage"), "1x30", stage="crashed"),
                         server_series(
-                            "vllm_headroom_oom_events_total", "0x5 1x30", stage="kv_cache_alloc", phase="loading"
+                            catalog.series("oom_events"), "0x5 1x30", stage="kv_cache_alloc", phase="loading"
                         ),
                     ],
                     after(t.target_down_for, 7),
@@ -123,7 +126,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 ),
                 Case(
                     "up does not fire",
-                    [server_series("vllm_headroom_target_up", "1x30")],
+                    [server_series(catalog.series("target_up"), "1x30")],
                     after(t.target_down_for),
                     False,
                 ),
@@ -137,8 +140,8 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             t.kv_series_missing_for,
-            f"(max by ({by}) (vllm_headroom_target_up{{{sel}}}) == 1)\nunless on ({by})\n"
-            f"count by ({by}) (vllm_headroom_kv_cache_usage_ratio{{{sel}}})",
+            f"(max by ({by}) ({catalog.series('target_up')}{{{sel}}}) == 1)\nunless on ({by})\n"
+            f"count by ({by}) ({catalog.series('kv_cache_usage_ratio')}{{{sel}}})",
             "{{ $labels.server }} answers but shows no KV-cache usage series: every KV signal is blind there",
             "The target is up and its KV-cache series are missing: a vLLM metric rename the exporter does not know "
             "yet, or --disable-log-stats.",
@@ -146,23 +149,23 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             [
                 Case(
                     "up with no KV series fires",
-                    [server_series("vllm_headroom_target_up", "1x40")],
+                    [server_series(catalog.series("target_up"), "1x40")],
                     after(t.kv_series_missing_for),
                     True,
                 ),
                 Case(
                     "up with KV series does not fire",
                     [
-                        server_series("vllm_headroom_target_up", "1x40"),
-                        engine_series("vllm_headroom_kv_cache_usage_ratio", "0.5x40"),
+                        server_series(catalog.series("target_up"), "1x40"),
+                        engine_series(catalog.series("kv_cache_usage_ratio"), "0.5x40"),
                     ],
                     after(t.kv_series_missing_for),
                     False,
                 ),
             ],
             {
-                "meaning": "vllm-headroom scrapes the server but finds neither `vllm:kv_cache_usage_perc` nor "
-                "`vllm:gpu_cache_usage_perc`: the weekly verdict would read `insufficient_data`.",
+                "meaning": f"vllm-headroom scrapes the server but finds neither `{names.KV_USAGE}` nor "
+                f"`{KV_USAGE_BEFORE}`: the weekly verdict would read `insufficient_data`.",
                 "confirm": "`curl <server>/metrics | grep -i cache_usage`; the vLLM version; whether the server runs "
                 "with `--disable-log-stats` (no `vllm:` metrics at all).",
                 "first": "If vLLM renamed the gauge, add the new name to `exporter/vllm/names.py` (RENAMES) and upgrade "
@@ -178,7 +181,7 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             "warning",
             "ticket",
             "5m",
-            f"min by (job, cluster, instance, check) (vllm_headroom_environment_check{{{sel}}}) == 0",
+            f"min by (job, cluster, instance, check) ({catalog.series('environment_check')}{{{sel}}}) == 0",
             "Environment check {{ $labels.check }} fails on {{ $labels.instance }}",
             "A prerequisite of the deployment guide does not hold (driver, CUDA driver, GPU model or count, vLLM "
             "version).",
@@ -186,22 +189,22 @@ def specs(t: Thresholds) -> list[AlertSpec]:
             [
                 Case(
                     "a failing check fires",
-                    [series("vllm_headroom_environment_check", "0x20", check="driver_min_version")],
+                    [series(catalog.series("environment_check"), "0x20", check="driver_min_version")],
                     "10m",
                     True,
                     {"check": "driver_min_version"},
                 ),
                 Case(
                     "a passing check does not fire",
-                    [series("vllm_headroom_environment_check", "1x20", check="driver_min_version")],
+                    [series(catalog.series("environment_check"), "1x20", check="driver_min_version")],
                     "10m",
                     False,
                 ),
             ],
             {
                 "meaning": "The node does not meet a prerequisite the deployment guide states.",
-                "confirm": "`vllm_headroom_environment_info` shows the driver, CUDA driver, GPU model and count; "
-                "`vllm_headroom_vllm_info` the vLLM version.",
+                "confirm": f"`{catalog.series('environment_info')}` shows the driver, CUDA driver, GPU model and count; "
+                f"`{catalog.series('vllm_info')}` the vLLM version.",
                 "first": "Fix the environment before any tuning: driver R580+ for CUDA 13 images, the supported GPU "
                 "model and count, vLLM at or above the guide's minimum.",
                 "scale": "Hardware that is not on the supported list is a migrate decision.",
