@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 
 from exporter.config import LogSource
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
+from exporter.logs.scan import message_start, quiet_message, scanner
 from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
@@ -115,6 +116,7 @@ class LogTailer:
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
         self.version = 0  # bumped by every poll: /metrics is rebuilt only when some source's version moved
         self.analyzer = LogAnalyzer()
+        self._scanner = scanner()
         self.health = TailHealth()
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
@@ -544,8 +546,16 @@ class LogTailer:
             chunk = chunk[nl + 1 :]
         data = self._buf + chunk if self._buf else chunk
         last_nl = data.rfind(b"\n")
+        if self._decoder is None and last_nl != -1:  # told by the first lines, as _feed_lines would
+            head = data[:last_nl].split(b"\n", 5)[:5]
+            self._decoder = LineDecoder(
+                detect_format(b"\n".join(r[: self.max_line_bytes] for r in head)), self.max_line_bytes
+            )
         if last_nl == -1:
             self._buf = data
+        elif self._decoder is not None and self._decoder.format in ("plain", "cri") and self._scanner.available:
+            self._buf = data[last_nl + 1 :]
+            fed += self._scan_block(data[: last_nl + 1])
         elif self._decoder is not None and self._decoder.format == "plain":
             self._buf = data[last_nl + 1 :]
             fed += self._feed_plain(data[: last_nl + 1])
@@ -565,39 +575,134 @@ class LogTailer:
             self._skipping = True
         return fed
 
+    def _scan_block(self, block: bytes) -> int:
+        """Whole plain or CRI lines: while the analyzer is quiescent (and no CRI record is half joined), jump from
+        one line holding a trigger word (exporter/logs/scan.py) to the next, counting the lines between; feed
+        those lines, unless the words stand only in vLLM's prefix or in a request log's prompt, and every line
+        while the analyzer is not quiescent. Line numbers, offsets and counters come out as if every line had
+        been fed."""
+        dec = self._decoder
+        assert dec is not None
+        cri = dec.format == "cri"
+        hits = self._scanner.hits(block)
+        quiescent = self.analyzer.quiescent
+        cap = self.max_line_bytes
+        end = len(block)
+        pos = hi = fed = 0
+        nh = len(hits)
+        with self.lock:
+            while pos < end:
+                if quiescent() and not dec.pending:
+                    while hi < nh and hits[hi][1] < pos:
+                        hi += 1
+                    if hi < nh:
+                        nl = block.rfind(b"\n", pos, hits[hi][1])
+                        stop = nl + 1 if nl >= 0 else pos
+                    else:
+                        stop = end
+                    if stop - pos > cap:
+                        stop = self._long_line(block, pos, stop)
+                    if stop == pos and self._inert(block, pos, hits, hi, cri):
+                        stop = block.find(b"\n", pos) + 1
+                    if stop > pos:
+                        n = block.count(b"\n", pos, stop)
+                        self._line_no += n
+                        self._offset += stop - pos
+                        self._safe = (self._offset, self._line_no)
+                        self.health.lines_read += n
+                        self.analyzer.skip(n)
+                        fed += n
+                        pos = stop
+                        continue
+                nl = block.find(b"\n", pos)
+                if cri:
+                    fed += self._feed_lines_locked([self._physical(block[pos:nl])])
+                else:
+                    fed += self._feed_plain_locked(block[pos : nl + 1])
+                pos = nl + 1
+            self._dirty = self._dirty or fed > 0
+        return fed
+
+    def _inert(self, block: bytes, pos: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> bool:
+        """The line at `pos`, whose first trigger is hits[hi], changes nothing in a quiescent analyzer: its
+        words stand only in vLLM's prefix (`(EngineCore_DP0 pid=7)`), or it is a message the analyzer returns on
+        unread (a request log: users' prompts say anything)."""
+        nl = block.find(b"\n", pos)
+        raw = block[pos:nl]
+        if len(raw) > self.max_line_bytes or not raw.isascii():
+            return False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
+        whole = self._scanner.whole_line
+        last = 0
+        for i in range(hi, len(hits)):
+            word, start, stop = hits[i]
+            if start > nl:
+                break
+            if word in whole:
+                return False
+            last = stop
+        if cri:
+            assert self._decoder is not None
+            line = self._decoder.feed(raw, 0)  # a whole record (`P` ones hold a whole-line word): no state kept
+            if line is None:
+                return False
+            text = line.text
+        else:
+            text = raw.decode("ascii")
+        begin = message_start(text)
+        return pos + len(raw) - len(text) + begin >= last or quiet_message(text, begin)
+
+    def _long_line(self, block: bytes, pos: int, stop: int) -> int:
+        """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
+        hops from the last newline within reach to the next, so it costs about one pass of memrchr."""
+        cap = self.max_line_bytes
+        while stop - pos > cap:
+            nl = block.rfind(b"\n", pos, pos + cap + 1)
+            if nl < 0:
+                return pos
+            pos = nl + 1
+        return stop
+
+    def _physical(self, raw: bytes) -> tuple[bytes, int, bool]:
+        """(line cut at max_line_bytes, bytes consumed with its newline, cut), the cut bytes counted as skipped."""
+        if len(raw) > self.max_line_bytes:
+            self.health.bytes_skipped += len(raw) - self.max_line_bytes
+            return raw[: self.max_line_bytes], len(raw) + 1, True
+        return raw, len(raw) + 1, False
+
     def _feed_plain(self, complete: bytes) -> int:
         """Plain logs, the common case: one decode per chunk, and no partial lines to track."""
+        with self.lock:
+            return self._feed_plain_locked(complete)
+
+    def _feed_plain_locked(self, complete: bytes) -> int:
         texts = complete.decode("utf-8", errors="replace").split("\n")[:-1]
         cap = self.max_line_bytes
         fed = 0
         feed = self.analyzer.feed
-        with self.lock:
-            number = self._line_no
-            for text in texts:
-                number += 1
-                cut = False
-                if len(text) > cap:
-                    encoded = text.encode("utf-8")
-                    if len(encoded) > cap:
-                        self.health.bytes_skipped += len(encoded) - cap
-                        self.health.lines_cut += 1
-                        text = encoded[:cap].decode("utf-8", errors="replace")
-                        cut = True
-                if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
-                    text = text.lstrip("\x00")
-                try:
-                    feed(
-                        LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut)
-                    )
-                except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
-                    self._poison(number, exc)
-                    continue
-                fed += 1
-            self._line_no = number
-            self._offset += len(complete)
-            self._safe = (self._offset, number)
-            self.health.lines_read += fed
-            self._dirty = self._dirty or fed > 0
+        number = self._line_no
+        for text in texts:
+            number += 1
+            cut = False
+            if len(text) > cap:
+                encoded = text.encode("utf-8")
+                if len(encoded) > cap:
+                    self.health.bytes_skipped += len(encoded) - cap
+                    self.health.lines_cut += 1
+                    text = encoded[:cap].decode("utf-8", errors="replace")
+                    cut = True
+            if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
+                text = text.lstrip("\x00")
+            try:
+                feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut))
+            except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
+                self._poison(number, exc)
+                continue
+            fed += 1
+        self._line_no = number
+        self._offset += len(complete)
+        self._safe = (self._offset, number)
+        self.health.lines_read += fed
+        self._dirty = self._dirty or fed > 0
         return fed
 
     def _poison(self, number: int, exc: Exception) -> None:
@@ -616,36 +721,40 @@ class LogTailer:
         """Feed (bytes, bytes consumed from the file, cut) physical lines; advance the offsets."""
         if self._decoder is None:
             self._decoder = LineDecoder(detect_format(b"\n".join(raw for raw, _, _ in lines[:5])), self.max_line_bytes)
-        dec = self._decoder
-        fed = 0
         with self.lock:
-            undecodable = dec.undecodable
-            for raw, consumed, cut in lines:
-                self._line_no += 1
-                self._offset += consumed
-                self.health.lines_cut += cut
-                if raw[:1] == b"\x00":  # the hole a copytruncate leaves before a writer's next line
-                    raw = raw.lstrip(b"\x00")
-                try:
-                    line = dec.feed(raw, self._line_no, cut)
-                    if line is not None:
-                        self.analyzer.feed(line)
-                        fed += 1
-                except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
-                    self._poison(self._line_no, exc)
-                if not dec.pending:
-                    self._safe = (self._offset, self._line_no)
-            bad = dec.undecodable - undecodable
-            if bad:
-                self.health.read_errors += bad
-                self._warn(
-                    "undecodable",
-                    "%s: %s: %d %s record(s) could not be decoded; kept as plain text",
-                    self.server,
-                    self.path,
-                    bad,
-                    dec.format,
-                )
-            self.health.lines_read += fed
-            self._dirty = self._dirty or fed > 0
+            return self._feed_lines_locked(lines)
+
+    def _feed_lines_locked(self, lines: list[tuple[bytes, int, bool]]) -> int:
+        dec = self._decoder
+        assert dec is not None
+        fed = 0
+        undecodable = dec.undecodable
+        for raw, consumed, cut in lines:
+            self._line_no += 1
+            self._offset += consumed
+            self.health.lines_cut += cut
+            if raw[:1] == b"\x00":  # the hole a copytruncate leaves before a writer's next line
+                raw = raw.lstrip(b"\x00")
+            try:
+                line = dec.feed(raw, self._line_no, cut)
+                if line is not None:
+                    self.analyzer.feed(line)
+                    fed += 1
+            except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
+                self._poison(self._line_no, exc)
+            if not dec.pending:
+                self._safe = (self._offset, self._line_no)
+        bad = dec.undecodable - undecodable
+        if bad:
+            self.health.read_errors += bad
+            self._warn(
+                "undecodable",
+                "%s: %s: %d %s record(s) could not be decoded; kept as plain text",
+                self.server,
+                self.path,
+                bad,
+                dec.format,
+            )
+        self.health.lines_read += fed
+        self._dirty = self._dirty or fed > 0
         return fed
