@@ -585,51 +585,61 @@ class LogTailer:
         assert dec is not None
         cri = dec.format == "cri"
         hits = self._scanner.hits(block)
-        quiescent = self.analyzer.quiescent
+        analyzer = self.analyzer
         cap = self.max_line_bytes
         end = len(block)
-        pos = hi = fed = 0
+        pos = hi = fed = mark = 0  # lines from `mark` to `pos` are skipped, not yet counted
         nh = len(hits)
         with self.lock:
+            quiet = analyzer.quiescent() and not dec.pending
             while pos < end:
-                if quiescent() and not dec.pending:
+                if quiet:
                     while hi < nh and hits[hi][1] < pos:
                         hi += 1
-                    if hi < nh:
-                        nl = block.rfind(b"\n", pos, hits[hi][1])
-                        stop = nl + 1 if nl >= 0 else pos
-                    else:
-                        stop = end
-                    if stop - pos > cap:
-                        stop = self._long_line(block, pos, stop)
-                    if stop == pos and self._inert(block, pos, hits, hi, cri):
-                        stop = block.find(b"\n", pos) + 1
-                    if stop > pos:
-                        n = block.count(b"\n", pos, stop)
-                        self._line_no += n
-                        self._offset += stop - pos
-                        self._safe = (self._offset, self._line_no)
-                        self.health.lines_read += n
-                        self.analyzer.skip(n)
-                        fed += n
-                        pos = stop
-                        continue
+                    start = hits[hi][1] if hi < nh else end
+                    nl = block.rfind(b"\n", pos, start)
+                    long = False
+                    if nl >= 0:  # whole lines before the next trigger
+                        stop = nl + 1
+                        pos = self._long_line(block, pos, stop) if stop - pos > cap else stop
+                        long = pos < stop  # an over-long line: fed below
+                        if hi == nh and not long:
+                            break
+                    if not long:
+                        nl = block.find(b"\n", start)
+                        if self._inert(block, pos, nl, hits, hi, cri):
+                            pos = nl + 1
+                            continue
+                fed += self._count_skipped(block, mark, pos)
                 nl = block.find(b"\n", pos)
                 if cri:
                     fed += self._feed_lines_locked([self._physical(block[pos:nl])])
                 else:
                     fed += self._feed_plain_locked(block[pos : nl + 1])
-                pos = nl + 1
+                pos = mark = nl + 1
+                quiet = analyzer.quiescent() and not dec.pending
+            fed += self._count_skipped(block, mark, pos)
             self._dirty = self._dirty or fed > 0
         return fed
 
-    def _inert(self, block: bytes, pos: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> bool:
-        """The line at `pos`, whose first trigger is hits[hi], changes nothing in a quiescent analyzer: its
+    def _count_skipped(self, block: bytes, start: int, stop: int) -> int:
+        """Count the whole lines in block[start:stop] as read: line numbers, offsets, the analyzer's line count."""
+        if stop <= start:
+            return 0
+        n = block.count(b"\n", start, stop)
+        self._line_no += n
+        self._offset += stop - start
+        self._safe = (self._offset, self._line_no)
+        self.health.lines_read += n
+        self.analyzer.skip(n)
+        return n
+
+    def _inert(self, block: bytes, pos: int, nl: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> bool:
+        """The line block[pos:nl], whose first trigger is hits[hi], changes nothing in a quiescent analyzer: its
         words stand only in vLLM's prefix (`(EngineCore_DP0 pid=7)`), or it is a message the analyzer returns on
         unread (a request log: users' prompts say anything)."""
-        nl = block.find(b"\n", pos)
         raw = block[pos:nl]
-        if len(raw) > self.max_line_bytes or not raw.isascii():
+        if nl - pos > self.max_line_bytes or not raw.isascii():
             return False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
         whole = self._scanner.whole_line
         last = 0
@@ -649,7 +659,7 @@ class LogTailer:
         else:
             text = raw.decode("ascii")
         begin = message_start(text)
-        return pos + len(raw) - len(text) + begin >= last or quiet_message(text, begin)
+        return nl - len(text) + begin >= last or quiet_message(text, begin)
 
     def _long_line(self, block: bytes, pos: int, stop: int) -> int:
         """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
