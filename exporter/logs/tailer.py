@@ -29,6 +29,10 @@ from exporter.logs.stages import LogAnalyzer
 log = logging.getLogger("vllm_headroom.logs")
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
+# Below this a read block (a few lines, what a poll of a followed log finds) is cheaper fed line by line than
+# scanned: the scan's fixed cost and one feed per trigger line outweigh what it skips (measured: 6 lines of stats
+# and access lines, 94 µs fed, 122 µs scanned).
+SCAN_FROM_BYTES = 16 * 1024
 STATE_VERSION = 1
 SAVE_EVERY_S = 10.0  # offsets and counters are saved together, so an older save re-reads, never recounts
 MAX_KNOWN_FILES = 16  # files left behind (symlink flips, several pods under one glob) whose offsets are kept
@@ -553,7 +557,12 @@ class LogTailer:
             )
         if last_nl == -1:
             self._buf = data
-        elif self._decoder is not None and self._decoder.format in ("plain", "cri") and self._scanner.available:
+        elif (
+            self._decoder is not None
+            and self._decoder.format in ("plain", "cri")
+            and self._scanner.available
+            and last_nl >= SCAN_FROM_BYTES
+        ):
             self._buf = data[last_nl + 1 :]
             fed += self._scan_block(data[: last_nl + 1])
         elif self._decoder is not None and self._decoder.format == "plain":
