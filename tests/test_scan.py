@@ -173,3 +173,26 @@ def test_frames_without_a_traceback_header(tmp_path):
         lines = SERVING + [ACCESS, PROMPT, ADDED] * 5 + frames[n:] + [ACCESS, PROMPT, ADDED] * 5
         _same(_write(tmp_path / "frames.log", lines))
         _same(_write(tmp_path / "frames-cri.log", _cri(lines)))
+
+
+def test_needed_literals_read_the_parse_tree():
+    import re
+
+    from exporter.logs.prefilter import alternatives
+
+    cases = {
+        r"&(?:quot|lt);": ("&lt;", "&quot;"),
+        r"^(?:[\w.]+\.)?(?:Error|Exception): (?:CUDA|HIP) out\s*$": (
+            "Error: CUDA out",
+            "Error: HIP out",
+            "Exception: CUDA out",
+            "Exception: HIP out",
+        ),
+        r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<m>\w+)": ("_run_workers(", "collective_rpc("),
+        r"abc|x+yz\d": ("abc", "yz"),
+    }
+    for pattern, want in cases.items():
+        assert needed_literals(re.compile(pattern)) == want, pattern
+    assert needed_literals(re.compile(r"a|\d+")) is None  # the second branch needs no literal at all
+    assert alternatives(re.compile(r"foo|ba(?:r|z)")) == ("bar", "baz", "foo")
+    assert alternatives(re.compile(r"foo|ba\w")) is None

@@ -82,6 +82,8 @@ def _stretches(items: list[tuple[Any, Any]]) -> list[set[str]] | None:
             spellings = {chr(arg)}
         elif op is sre_parse.AT:
             continue
+        elif op is sre_parse.IN and all(o is sre_parse.LITERAL for o, _ in arg):
+            spellings = {chr(c) for _, c in arg}
         elif op is sre_parse.SUBPATTERN or op is sre_parse.BRANCH:
             spellings = _spellings(arg[-1] if op is sre_parse.SUBPATTERN else arg)
         if spellings is not None and len(run) * len(spellings) <= MAX_SPELLINGS:
@@ -117,6 +119,10 @@ def _spellings(node: Any) -> set[str] | None:
             run = {a + chr(arg) for a in run}
         elif op is sre_parse.AT:
             continue
+        elif op is sre_parse.IN and all(o is sre_parse.LITERAL for o, _ in arg):  # `ba(?:r|z)` parses as `ba[rz]`
+            run = {a + chr(c) for a in run for _, c in arg}
+            if len(run) > MAX_SPELLINGS:
+                return None
         elif op is sre_parse.SUBPATTERN or op is sre_parse.BRANCH:
             s = _spellings(arg[-1] if op is sre_parse.SUBPATTERN else arg)
             if s is None or len(run) * len(s) > MAX_SPELLINGS:
