@@ -46,6 +46,8 @@ TRIGGER_PATTERNS = (
     P.SCHEDULER_DUMP,
 )
 TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS)
+# What else counts while a traceback's frames are open: the exception line that closes them.
+OPEN_FRAME_PATTERNS = (_EXCEPTION_LINE,)
 # Messages `_feed_text` returns on, whatever words they hold, unless they hold TRACEBACK_START: users' prompts.
 QUIET_MESSAGES = ("Received request",)
 # Proper starts of every OOM_HINT word: a wrap tail ending in one may join the next line into a failure.
@@ -156,30 +158,30 @@ class LogAnalyzer:
 
     # -- hooks for the block scanner (exporter/logs/scan.py) ---------------------------------------
 
-    def quiescent(self) -> bool:
-        """True when a line holding none of TRIGGER_WORDS, TRIGGER_PATTERNS' literals or `name(` of TRIGGER_CALLS, and
-        not ending in the start of an OOM_HINT word, would change nothing here but `lines`: no failure pending or
-        cut, no frame half read, no incident or traceback open, serving seen (an access line's `_healthy` is a
-        no-op), and a wrap tail that cannot complete a failure. Read `_feed_text` with these in hand to check."""
+    def quiescent(self) -> int:
+        """2 when a line holding none of TRIGGER_WORDS, TRIGGER_PATTERNS' literals or `name(` of TRIGGER_CALLS, and not
+        ending in the start of an OOM_HINT word, would change nothing here but `lines`: no failure pending or cut,
+        no frame half read, no incident open, serving seen (an access line's `_healthy` is a no-op), and a wrap
+        tail that cannot complete a failure; 1 when so but a traceback's frames are open, so that a line holding
+        a literal of OPEN_FRAME_PATTERNS counts too (an exception line closes them, `_end_traceback`); 0 when any
+        line may count. Read `_feed_text` with these in hand to check."""
         ep = self.epochs[-1]
         if (
             self._pending is not None
             or self._cut is not None
             or self._partial_frame is not None
             or self._open
-            or self._frames
             or not self._saw_runtime
             or not (ep.ready or ep.crashed)
             or OOM_WORD_STARTS is None
         ):
-            return False
+            return 0
         tail = self._tail
-        if tail is self._cold_tail:
-            return True
-        if P.OOM_HINT.search(tail[-160:]) or tail.endswith(OOM_WORD_STARTS):
-            return False
-        self._cold_tail = tail
-        return True
+        if tail is not self._cold_tail:
+            if P.OOM_HINT.search(tail[-160:]) or tail.endswith(OOM_WORD_STARTS):
+                return 0
+            self._cold_tail = tail
+        return 1 if self._frames else 2
 
     def skip(self, lines: int) -> None:
         """`lines` lines that `quiescent` said change nothing: counted, not read."""
