@@ -167,8 +167,15 @@ def test_frames_without_a_traceback_header(tmp_path):
         '  File "/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", line 342, in execute_model',
         "    output = self.model_runner.capture_model()",
         "    self.model_runner.load_model(x)",
+        "    return func(*args, **kwargs)",
+        "KeyError: 'the exception line closes the traceback'",
         "(EngineCore_DP0 pid=7) ERROR 11-20 10:00:09 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.",
     ]
+    header = "(EngineCore_DP0 pid=7) ERROR 11-20 10:00:09 [core.py:1] Traceback (most recent call last):"
+    for n in range(len(frames)):
+        lines = SERVING + [ACCESS, PROMPT, ADDED] * 5 + [header, ACCESS, *frames[n:]] + [ACCESS, PROMPT, ADDED] * 5
+        _same(_write(tmp_path / "open.log", lines))
+        _same(_write(tmp_path / "open-cri.log", _cri(lines)))
     for n in range(len(frames)):
         lines = SERVING + [ACCESS, PROMPT, ADDED] * 5 + frames[n:] + [ACCESS, PROMPT, ADDED] * 5
         _same(_write(tmp_path / "frames.log", lines))

@@ -55,16 +55,37 @@ def trigger_literals() -> tuple[str, ...] | None:
 WHOLE_LINE_WORDS = frozenset(TAILER_WORDS) | {"\r"} | set(needed_literals(P.HTML_ENTITY) or ())
 
 
+def open_frame_literals() -> tuple[str, ...] | None:
+    """The literals of stages.OPEN_FRAME_PATTERNS: what else counts while a traceback is open."""
+    words: set[str] = set()
+    for pattern in stages.OPEN_FRAME_PATTERNS:
+        found = needed_literals(pattern)
+        if found is None:
+            return None
+        words.update(found)
+    return tuple(sorted(words))
+
+
 class BlockScanner:
     """Finds, in a block of whole lines, where a trigger literal stands."""
 
     def __init__(self) -> None:
         self.literals = trigger_literals()
         self._ac = None
+        self._open_ac = None  # searched only when a block has a traceback open: a second pass, four words
         self.whole_line: frozenset[int] = frozenset()
         if ahocorasick_rs is not None and self.literals is not None:
             self._ac = ahocorasick_rs.BytesAhoCorasick([w.encode("utf-8") for w in self.literals])
             self.whole_line = frozenset(i for i, w in enumerate(self.literals) if w in WHOLE_LINE_WORDS)
+            words = open_frame_literals()
+            if words:
+                self._open_ac = ahocorasick_rs.BytesAhoCorasick([w.encode("utf-8") for w in words])
+
+    def open_frame_hits(self, block: bytes) -> list[int] | None:
+        """Start offsets of the open-traceback words, or None when they cannot be told (then such a block is fed)."""
+        if self._open_ac is None:
+            return None
+        return [start for _, start, _ in self._open_ac.find_matches_as_indexes(block)]
 
     @property
     def available(self) -> bool:

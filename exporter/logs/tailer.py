@@ -597,26 +597,37 @@ class LogTailer:
         analyzer = self.analyzer
         cap = self.max_line_bytes
         end = len(block)
-        pos = hi = fed = mark = 0  # lines from `mark` to `pos` are skipped, not yet counted
+        pos = hi = oi = fed = mark = 0  # lines from `mark` to `pos` are skipped, not yet counted
         nh = len(hits)
+        open_hits: list[int] | None = None  # words that count while a traceback is open, found when first needed
         with self.lock:
-            quiet = analyzer.quiescent() and not dec.pending
+            quiet = 0 if dec.pending else analyzer.quiescent()
             while pos < end:
+                if quiet == 1 and open_hits is None:
+                    open_hits = self._scanner.open_frame_hits(block)
+                    if open_hits is None:
+                        quiet = 0
                 if quiet:
                     while hi < nh and hits[hi][1] < pos:
                         hi += 1
                     start = hits[hi][1] if hi < nh else end
-                    nl = block.rfind(b"\n", pos, start)
+                    open_at = end
+                    if quiet == 1:
+                        assert open_hits is not None
+                        while oi < len(open_hits) and open_hits[oi] < pos:
+                            oi += 1
+                        open_at = open_hits[oi] if oi < len(open_hits) else end
+                    nl = block.rfind(b"\n", pos, min(start, open_at))
                     long = False
                     if nl >= 0:  # whole lines before the next trigger
                         stop = nl + 1
                         pos = self._long_line(block, pos, stop) if stop - pos > cap else stop
                         long = pos < stop  # an over-long line: fed below
-                        if hi == nh and not long:
+                        if hi == nh and open_at == end and not long:
                             break
-                    if not long:
+                    if not long and open_at >= start:
                         nl = block.find(b"\n", start)
-                        if self._inert(block, pos, nl, hits, hi, cri):
+                        if open_at > nl and self._inert(block, pos, nl, hits, hi, cri):
                             pos = nl + 1
                             continue
                 fed += self._count_skipped(block, mark, pos)
@@ -626,7 +637,7 @@ class LogTailer:
                 else:
                     fed += self._feed_plain_locked(block[pos : nl + 1])
                 pos = mark = nl + 1
-                quiet = analyzer.quiescent() and not dec.pending
+                quiet = 0 if dec.pending else analyzer.quiescent()
             fed += self._count_skipped(block, mark, pos)
             self._dirty = self._dirty or fed > 0
         return fed
