@@ -75,7 +75,10 @@ class BlockScanner:
         self._open_ac = None  # searched only when a block has a traceback open: a second pass, four words
         self.whole_line: frozenset[int] = frozenset()
         if ahocorasick_rs is not None and self.literals is not None:
-            self._ac = ahocorasick_rs.BytesAhoCorasick([w.encode("utf-8") for w in self.literals])
+            # A full DFA: twice the speed of the default (contiguous NFA) on 360 words, ~1 MB of tables
+            self._ac = ahocorasick_rs.BytesAhoCorasick(
+                [w.encode("utf-8") for w in self.literals], implementation=ahocorasick_rs.Implementation.DFA
+            )
             self.whole_line = frozenset(i for i, w in enumerate(self.literals) if w in WHOLE_LINE_WORDS)
             words = open_frame_literals()
             if words:
