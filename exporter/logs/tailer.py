@@ -635,7 +635,7 @@ class LogTailer:
                 if cri:
                     fed += self._feed_lines_locked([self._physical(block[pos:nl])])
                 else:
-                    fed += self._feed_plain_locked(block[pos : nl + 1])
+                    fed += self._feed_one_plain(block[pos:nl])
                 pos = mark = nl + 1
                 quiet = 0 if dec.pending else analyzer.quiescent()
             fed += self._count_skipped(block, mark, pos)
@@ -706,34 +706,48 @@ class LogTailer:
 
     def _feed_plain_locked(self, complete: bytes) -> int:
         texts = complete.decode("utf-8", errors="replace").split("\n")[:-1]
-        cap = self.max_line_bytes
         fed = 0
-        feed = self.analyzer.feed
         number = self._line_no
         for text in texts:
             number += 1
-            cut = False
-            if len(text) > cap:
-                encoded = text.encode("utf-8")
-                if len(encoded) > cap:
-                    self.health.bytes_skipped += len(encoded) - cap
-                    self.health.lines_cut += 1
-                    text = encoded[:cap].decode("utf-8", errors="replace")
-                    cut = True
-            if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
-                text = text.lstrip("\x00")
-            try:
-                feed(LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut))
-            except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
-                self._poison(number, exc)
-                continue
-            fed += 1
+            fed += self._feed_text_line(number, text)
         self._line_no = number
         self._offset += len(complete)
         self._safe = (self._offset, number)
         self.health.lines_read += fed
         self._dirty = self._dirty or fed > 0
         return fed
+
+    def _feed_one_plain(self, raw: bytes) -> int:
+        """One plain line (without its newline): what _feed_plain_locked does, for one."""
+        self._line_no += 1
+        fed = self._feed_text_line(self._line_no, raw.decode("utf-8", errors="replace"))
+        self._offset += len(raw) + 1
+        self._safe = (self._offset, self._line_no)
+        self.health.lines_read += fed
+        return fed
+
+    def _feed_text_line(self, number: int, text: str) -> int:
+        """Cut, clean and feed one decoded plain line; 1 when the analyzer took it, 0 for a poison line."""
+        cap = self.max_line_bytes
+        cut = False
+        if len(text) > cap:
+            encoded = text.encode("utf-8")
+            if len(encoded) > cap:
+                self.health.bytes_skipped += len(encoded) - cap
+                self.health.lines_cut += 1
+                text = encoded[:cap].decode("utf-8", errors="replace")
+                cut = True
+        if text and text[0] == "\x00":  # the hole a copytruncate leaves before a writer's next line
+            text = text.lstrip("\x00")
+        try:
+            self.analyzer.feed(
+                LogLine(number, clean_text(text) if "\x1b" in text or text.endswith("\r") else text, None, cut)
+            )
+        except Exception as exc:  # noqa: BLE001 - one poison line must not lose the rest of the chunk
+            self._poison(number, exc)
+            return 0
+        return 1
 
     def _poison(self, number: int, exc: Exception) -> None:
         """A line the decoder or the analyzer cannot take: counted as a read error, its offset still consumed."""
