@@ -121,6 +121,32 @@ def message_start(text: str) -> int:
 
 
 _PREFIX_ENDS: dict[str, int] = {}
+_PREFIX_ENDS_B: dict[bytes, int] = {}
+
+
+def message_start_ascii(raw: bytes) -> int:
+    """message_start of an ASCII line, read in its bytes (no decoding on the common path)."""
+    k = raw.find(b"] ")
+    if k > 0:
+        key = raw[: k + 2]
+        end = _PREFIX_ENDS_B.get(key)
+        if end is None:
+            if len(_PREFIX_ENDS_B) >= 4096:
+                _PREFIX_ENDS_B.clear()
+            m = _VLLM_PREFIX.match(key.decode("ascii"))
+            end = _PREFIX_ENDS_B[key] = m.end() if m is not None else -1
+        if end == k + 2 and not raw.startswith((b"[rank", b"("), end):
+            return end
+    return message_start(raw.decode("ascii"))
+
+
+_QUIET_B = tuple(w.encode("ascii") for w in stages.QUIET_MESSAGES)
+_TRACEBACK_B = P.TRACEBACK_START.encode("ascii")
+
+
+def quiet_message_ascii(raw: bytes, start: int) -> bool:
+    """quiet_message, in the bytes of an ASCII line."""
+    return raw.startswith(_QUIET_B, start) and raw.find(_TRACEBACK_B, start) < 0
 
 
 def quiet_message(text: str, start: int = 0) -> bool:

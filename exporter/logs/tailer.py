@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from exporter.config import LogSource
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
-from exporter.logs.scan import message_start, quiet_message, scanner
+from exporter.logs.scan import message_start, message_start_ascii, quiet_message, quiet_message_ascii, scanner
 from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
@@ -676,10 +676,10 @@ class LogTailer:
             if line is None:
                 return False
             text = line.text
-        else:
-            text = raw.decode("ascii")
-        begin = message_start(text)
-        return nl - len(text) + begin >= last or quiet_message(text, begin)
+            begin = message_start(text)
+            return nl - len(text) + begin >= last or quiet_message(text, begin)
+        begin = message_start_ascii(raw)
+        return pos + begin >= last or quiet_message_ascii(raw, begin)
 
     def _long_line(self, block: bytes, pos: int, stop: int) -> int:
         """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
