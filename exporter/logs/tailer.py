@@ -1,4 +1,6 @@
-"""Follows one vLLM log file through rotations and restarts, feeding the stage machine exactly once per line.
+"""Follows one vLLM log file through rotations and restarts, giving the stage machine each line exactly once: fed,
+or only counted when the analyzer is quiescent and the line holds none of the words it reacts to (read blocks are
+scanned for those in one pass: exporter/logs/scan.py).
 
 What the peers get wrong, done right: a file is known by a checksum of its first bytes (inodes are
 reused), the offset is persisted atomically together with the stage machine's counters, so a restart
