@@ -25,7 +25,14 @@ from typing import Any, BinaryIO
 
 from exporter.config import LogSource
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
-from exporter.logs.scan import message_start, message_start_ascii, quiet_message, quiet_message_ascii, scanner
+from exporter.logs.scan import (
+    BlockScanner,
+    message_start,
+    message_start_ascii,
+    quiet_message,
+    quiet_message_ascii,
+    scanner,
+)
 from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
@@ -122,7 +129,7 @@ class LogTailer:
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
         self.version = 0  # bumped by every poll: /metrics is rebuilt only when some source's version moved
         self.analyzer = LogAnalyzer()
-        self._scanner = scanner()
+        self._scanner: BlockScanner | None = None  # built on the first block big enough to scan
         self.health = TailHealth()
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
@@ -562,8 +569,8 @@ class LogTailer:
         elif (
             self._decoder is not None
             and self._decoder.format in ("plain", "cri")
-            and self._scanner.available
             and last_nl >= SCAN_FROM_BYTES
+            and self._block_scanner().available
         ):
             self._buf = data[last_nl + 1 :]
             fed += self._scan_block(data[: last_nl + 1])
@@ -586,6 +593,11 @@ class LogTailer:
             self._skipping = True
         return fed
 
+    def _block_scanner(self) -> BlockScanner:
+        if self._scanner is None:
+            self._scanner = scanner()
+        return self._scanner
+
     def _scan_block(self, block: bytes) -> int:
         """Whole plain or CRI lines: while the analyzer is quiescent (and no CRI record is half joined), jump from
         one line holding a trigger word (exporter/logs/scan.py) to the next, counting the lines between; feed
@@ -595,7 +607,8 @@ class LogTailer:
         dec = self._decoder
         assert dec is not None
         cri = dec.format == "cri"
-        hits = self._scanner.hits(block)
+        scan = self._block_scanner()
+        hits = scan.hits(block)
         analyzer = self.analyzer
         cap = self.max_line_bytes
         end = len(block)
@@ -606,7 +619,7 @@ class LogTailer:
             quiet = 0 if dec.pending else analyzer.quiescent()
             while pos < end:
                 if quiet == 1 and open_hits is None:
-                    open_hits = self._scanner.open_frame_hits(block)
+                    open_hits = scan.open_frame_hits(block)
                     if open_hits is None:
                         quiet = 0
                 if quiet:
@@ -663,7 +676,7 @@ class LogTailer:
         raw = block[pos:nl]
         if nl - pos > self.max_line_bytes or not raw.isascii():
             return False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
-        whole = self._scanner.whole_line
+        whole = self._block_scanner().whole_line
         last = 0
         for i in range(hi, len(hits)):
             word, start, stop = hits[i]
