@@ -145,13 +145,9 @@ _TRACEBACK_B = P.TRACEBACK_START.encode("ascii")
 
 
 def quiet_message_ascii(raw: bytes, start: int) -> bool:
-    """quiet_message, in the bytes of an ASCII line."""
+    """The message at raw[start:] is one the analyzer returns on unread (stages.QUIET_MESSAGES), read in the bytes
+    of an ASCII line."""
     return raw.startswith(_QUIET_B, start) and raw.find(_TRACEBACK_B, start) < 0
-
-
-def quiet_message(text: str, start: int = 0) -> bool:
-    """The message at text[start:] is one the analyzer returns on unread (see stages.QUIET_MESSAGES)."""
-    return text.startswith(stages.QUIET_MESSAGES, start) and text.find(P.TRACEBACK_START, start) < 0
 
 
 _SCANNER: BlockScanner | None = None

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from exporter.config import LogSource
+from exporter.logs.formats import _CRI as CRI_RECORD  # LineDecoder's own pattern for a CRI record
 from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
 from exporter.logs.scan import (
     BlockScanner,
-    message_start,
     message_start_ascii,
-    quiet_message,
     quiet_message_ascii,
     scanner,
 )
@@ -686,13 +685,14 @@ class LogTailer:
                 return False
             last = stop
         if cri:
-            assert self._decoder is not None
-            line = self._decoder.feed(raw, 0)  # a whole record (`P` ones hold a whole-line word): no state kept
-            if line is None:
-                return False
-            text = line.text
-            begin = message_start(text)
-            return nl - len(text) + begin >= last or quiet_message(text, begin)
+            # the record's message as LineDecoder reads it: a `F` record's text after the runtime's prefix (a `P`
+            # one holds a whole-line word and never gets here), a line that is no record as it stands
+            m = CRI_RECORD.match(raw)
+            if m is not None:
+                if m.group("tag") != b"F" or m.start("msg") < 0:
+                    return False
+                pos += m.start("msg")
+                raw = raw[m.start("msg") :]
         begin = message_start_ascii(raw)
         return pos + begin >= last or quiet_message_ascii(raw, begin)
 
