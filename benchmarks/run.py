@@ -47,7 +47,11 @@ def summarize(r: dict) -> dict:
 
 
 def _load(r: dict, section: str) -> str:
-    return f"load average {r[section].get('loadavg_1m', float('nan')):.1f} on {r[section]['cpus']} cores"
+    """How busy the machine was, and when: a section re-run on its own (`python -m benchmarks.bench_logs`) says so."""
+    when = r[section].get("measured_at", "?")
+    return (
+        f"load average {r[section].get('loadavg_1m', float('nan')):.1f} on {r[section]['cpus']} cores; measured {when}"
+    )
 
 
 def write_doc() -> str:

@@ -66,3 +66,107 @@ class LiteralGate:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.regex, name)
+
+
+MAX_SPELLINGS = 64  # a stretch of small alternations (`(?:CUDA|HIP) out`) is spelled out up to this many ways
+
+
+def _stretches(items: list[tuple[Any, Any]]) -> list[set[str]] | None:
+    """The sets of spellings of each run of plain text in a sequence (literals, and groups of pure-literal
+    alternatives, multiplied out); zero-width assertions do not break a run, anything else does."""
+    out: list[set[str]] = []
+    run: set[str] = {""}
+    for op, arg in items:
+        spellings: set[str] | None = None
+        if op is sre_parse.LITERAL:
+            spellings = {chr(arg)}
+        elif op is sre_parse.AT:
+            continue
+        elif op is sre_parse.IN and all(o is sre_parse.LITERAL for o, _ in arg):
+            spellings = {chr(c) for _, c in arg}
+        elif op is sre_parse.SUBPATTERN or op is sre_parse.BRANCH:
+            spellings = _spellings(arg[-1] if op is sre_parse.SUBPATTERN else arg)
+        if spellings is not None and len(run) * len(spellings) <= MAX_SPELLINGS:
+            run = {a + b for a in run for b in spellings}
+            continue
+        if run != {""}:
+            out.append(run)
+        run = {""}
+        if spellings is not None:  # too many ways together with the run before it: a run of its own
+            run = spellings
+        elif op is sre_parse.SUBPATTERN or op is sre_parse.BRANCH:  # not spellable: maybe each branch needs a word
+            inner = _needed(arg[-1] if op is sre_parse.SUBPATTERN else arg)
+            if inner is not None:
+                out.append(set(inner))
+    if run != {""}:
+        out.append(run)
+    return out
+
+
+def _spellings(node: Any) -> set[str] | None:
+    """Every string a pure-literal subpattern or branch can match, or None."""
+    if isinstance(node, tuple):  # BRANCH's argument: (None, [alternatives])
+        result: set[str] = set()
+        for alt in node[1]:
+            s = _spellings(alt)
+            if s is None:
+                return None
+            result |= s
+        return result if len(result) <= MAX_SPELLINGS else None
+    run: set[str] = {""}
+    for op, arg in node.data if hasattr(node, "data") else node:
+        if op is sre_parse.LITERAL:
+            run = {a + chr(arg) for a in run}
+        elif op is sre_parse.AT:
+            continue
+        elif op is sre_parse.IN and all(o is sre_parse.LITERAL for o, _ in arg):  # `ba(?:r|z)` parses as `ba[rz]`
+            run = {a + chr(c) for a in run for _, c in arg}
+            if len(run) > MAX_SPELLINGS:
+                return None
+        elif op is sre_parse.SUBPATTERN or op is sre_parse.BRANCH:
+            s = _spellings(arg[-1] if op is sre_parse.SUBPATTERN else arg)
+            if s is None or len(run) * len(s) > MAX_SPELLINGS:
+                return None
+            run = {a + b for a in run for b in s}
+        else:
+            return None
+    return run
+
+
+def _needed(node: Any) -> set[str] | None:
+    """Literals one of which every match of `node` (a parsed pattern or a BRANCH argument) contains."""
+    if isinstance(node, tuple):
+        result: set[str] = set()
+        for alt in node[1]:
+            s = _needed(alt)
+            if s is None:
+                return None
+            result |= s
+        return result
+    items = list(node.data if hasattr(node, "data") else node)
+    if len(items) == 1 and items[0][0] is sre_parse.BRANCH:
+        return _needed(items[0][1])
+    stretches = _stretches(items)
+    if not stretches:
+        return None
+    best = max(stretches, key=lambda s: (min(map(len, s)), -len(s)))
+    return best if min(map(len, best)) >= 1 else None
+
+
+def needed_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Literals one of which every match of `pattern` contains (runs of plain text, small alternations spelled
+    out, a top-level alternation taken branch by branch); None when some match could contain none of them."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    found = _needed(sre_parse.parse(pattern.pattern, pattern.flags))
+    if found is None:
+        return None
+    return tuple(sorted(a for a in found if not any(b != a and b in a for b in found)))
+
+
+def alternatives(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Every string the pattern matches, when it is a plain alternation of literals; else None."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    found = _spellings(sre_parse.parse(pattern.pattern, pattern.flags))
+    return None if found is None else tuple(sorted(found))

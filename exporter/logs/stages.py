@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from exporter.logs import patterns as P
 from exporter.logs.formats import LogLine
+from exporter.logs.prefilter import alternatives
 from exporter.logs.records import Record, parse_record
 
 EVIDENCE_CHARS = 240
@@ -30,6 +31,28 @@ RELAY_LINES = 200  # how far below a traceback an error relaying it may stand an
 UNDECIDED_STAGE = "loading_unknown"
 _LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
+# What `_feed_text` reacts to beyond counting, for the block scanner (exporter/logs/scan.py), which skips lines holding
+# none of it while `LogAnalyzer.quiescent()`: the words of its fast paths, the patterns it tries (their literals),
+# and the function names a code line under a frame is read for (`name(`). A new check in `_feed_text` needs its
+# word here; tests/test_scan.py compares scanning with feeding every line on every fixture and real log.
+TRIGGER_WORDS = ("\r", "File ", "Avg prompt throughput", P.TRACEBACK_START, *P.OFFLINE_PROGRESS)
+TRIGGER_PATTERNS = (
+    P.ANY_HINT.regex,
+    P.HTML_ENTITY,
+    P.CUT_OOM,
+    P.MODEL_INPUT_DUMP,
+    P.CAPTURE_CODE,
+    P.RPC_CODE,
+    P.SCHEDULER_DUMP,
+)
+TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS)
+# What else counts while a traceback's frames are open: the exception line that closes them.
+OPEN_FRAME_PATTERNS = (_EXCEPTION_LINE,)
+# Messages `_feed_text` returns on, whatever words they hold, unless they hold TRACEBACK_START: users' prompts.
+QUIET_MESSAGES = ("Received request",)
+# Proper starts of every OOM_HINT word: a wrap tail ending in one may join the next line into a failure.
+_OOM_WORDS = alternatives(P.OOM_HINT)
+OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WORDS for i in range(1, len(w))})
 
 
 @dataclass(slots=True)
@@ -118,6 +141,7 @@ class LogAnalyzer:
         self._last_step: dict[int | None, str] = {}
         self._open: dict[str, Event] = {}
         self._saw_runtime = False
+        self._cold_tail: str | None = None  # the last `_tail` found unable to complete a wrapped failure
 
     @property
     def epoch(self) -> Epoch:
@@ -131,6 +155,37 @@ class LogAnalyzer:
     @pending.setter
     def pending(self, ev: Event | None) -> None:
         self._pending = ev
+
+    # -- hooks for the block scanner (exporter/logs/scan.py) ---------------------------------------
+
+    def quiescent(self) -> int:
+        """2 when a line holding none of TRIGGER_WORDS, TRIGGER_PATTERNS' literals or `name(` of TRIGGER_CALLS, and not
+        ending in the start of an OOM_HINT word, would change nothing here but `lines`: no failure pending or cut,
+        no frame half read, no incident open, serving seen (an access line's `_healthy` is a no-op), and a wrap
+        tail that cannot complete a failure; 1 when so but a traceback's frames are open, so that a line holding
+        a literal of OPEN_FRAME_PATTERNS counts too (an exception line closes them, `_end_traceback`); 0 when any
+        line may count. Read `_feed_text` with these in hand to check."""
+        ep = self.epochs[-1]
+        if (
+            self._pending is not None
+            or self._cut is not None
+            or self._partial_frame is not None
+            or self._open
+            or not self._saw_runtime
+            or not (ep.ready or ep.crashed)
+            or OOM_WORD_STARTS is None
+        ):
+            return 0
+        tail = self._tail
+        if tail is not self._cold_tail:
+            if P.OOM_HINT.search(tail[-160:]) or tail.endswith(OOM_WORD_STARTS):
+                return 0
+            self._cold_tail = tail
+        return 1 if self._frames else 2
+
+    def skip(self, lines: int) -> None:
+        """`lines` lines that `quiescent` said change nothing: counted, not read."""
+        self.lines += lines
 
     # -- the per-line entry point -----------------------------------------------------------------
 
