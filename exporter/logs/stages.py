@@ -45,7 +45,7 @@ TRIGGER_PATTERNS = (
     P.RPC_CODE,
     P.SCHEDULER_DUMP,
 )
-TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS)
+TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS, *P.ENGINE_CONSTRUCTORS)
 # What else counts while a traceback's frames are open: the exception line that closes them.
 OPEN_FRAME_PATTERNS = (_EXCEPTION_LINE,)
 # Messages `_feed_text` returns on, whatever words they hold, unless they hold TRACEBACK_START: users' prompts.
