@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterator
 FORMATS = ("plain", "cri", "docker")
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
 
-_CRI = re.compile(
+CRI_RECORD = re.compile(
     rb"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) "
     rb"(?P<stream>stdout|stderr) (?P<tag>[FP])(?: (?P<msg>.*))?$",
     re.S,
@@ -40,7 +40,7 @@ def detect_format(sample: bytes) -> str:
         raw = raw.strip()
         if not raw:
             continue
-        if _CRI.match(raw):
+        if CRI_RECORD.match(raw):
             return "cri"
         if raw.startswith(b"{"):
             try:
@@ -87,7 +87,7 @@ class LineDecoder:
         if self.format == "plain":
             return self._finish_one(raw, number, None, truncated)
         if self.format == "cri":
-            m = _CRI.match(raw.rstrip(b"\r\n"))
+            m = CRI_RECORD.match(raw.rstrip(b"\r\n"))
             if m is None:  # not wrapped after all (a line written by hand): keep it as it is
                 return self._finish_one(raw, number, None, truncated)
             time = m.group("time").decode("ascii")

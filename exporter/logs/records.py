@@ -36,7 +36,7 @@ _WRAPPERS = re.compile(
     r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
 )
 # The shape of nearly every line of a busy log, read in one match: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [src] `.
-_COMMON = re.compile(r"(?:\((?P<proc>[A-Za-z][^()\n]{0,80}?) pid=(?P<pid>\d+)\) ?)?" + _LEVEL_PREFIX.pattern)
+VLLM_PREFIX = re.compile(r"(?:\((?P<proc>[A-Za-z][^()\n]{0,80}?) pid=(?P<pid>\d+)\) ?)?" + _LEVEL_PREFIX.pattern)
 _DP = re.compile(r"DP(\d+)")
 _KEYS: dict[tuple[str | None, str], tuple[str, int | None]] = {}
 _MAX_PEELS = 8
@@ -82,7 +82,7 @@ def _dp_rank(process: str | None) -> int | None:
 
 def parse_record(text: str) -> Record:
     """Split one unwrapped line. Never fails: an unknown shape is all message."""
-    m = _COMMON.match(text)
+    m = VLLM_PREFIX.match(text)
     if m is not None:  # vLLM's own shape, nothing around it: one match
         end = m.end()
         if not text.startswith(("[rank", "("), end):

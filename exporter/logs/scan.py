@@ -21,7 +21,7 @@ from __future__ import annotations
 from exporter.logs import patterns as P
 from exporter.logs import stages
 from exporter.logs.prefilter import needed_literals
-from exporter.logs.records import _COMMON as _VLLM_PREFIX  # parse_record's first match, the same compiled pattern
+from exporter.logs.records import VLLM_PREFIX as _VLLM_PREFIX  # parse_record's first match
 from exporter.logs.records import parse_record
 
 try:

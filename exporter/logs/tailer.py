@@ -24,8 +24,14 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from exporter.config import LogSource
-from exporter.logs.formats import _CRI as CRI_RECORD  # LineDecoder's own pattern for a CRI record
-from exporter.logs.formats import DEFAULT_MAX_LINE_BYTES, LineDecoder, LogLine, clean_text, detect_format
+from exporter.logs.formats import (
+    CRI_RECORD,  # LineDecoder's own pattern for a CRI record
+    DEFAULT_MAX_LINE_BYTES,
+    LineDecoder,
+    LogLine,
+    clean_text,
+    detect_format,
+)
 from exporter.logs.scan import (
     BlockScanner,
     message_start_ascii,
