@@ -805,3 +805,81 @@ def test_offline_generation_and_speculative_drafting_frames_mean_serving():
     # building the offline LLM is startup, whatever runs inside it
     build = [("test.py", "<module>"), ("vllm/entrypoints/llm.py", "__init__"), ("vllm/v1/worker/gpu_worker.py", "x")]
     assert stage_of(traceback(build)) == ("loading_unknown", "frame")
+
+
+def decided(lines: list[str]) -> tuple[str | None, str | None]:
+    """(stage, what decided it) once the log went quiet."""
+    a = feed(lines)
+    a.flush()
+    return (a.first_oom.stage, a.first_oom.stage_evidence) if a.first_oom else (None, None)
+
+
+def test_kernel_warmup_after_the_cache_is_warmup():
+    """vllm/model_executor/warmup/kernel_warmup.py warmup_kernels runs execute_model on dummy steps from
+    compile_or_warm_up_model, after the KV cache exists: its frames (or its call, when the frame is cut) are warm-up."""
+    kernel = [("vllm/v1/worker/gpu_worker.py", "compile_or_warm_up_model")]
+    assert stage_of(traceback([*kernel, ("vllm/model_executor/warmup/kernel_warmup.py", "warmup_kernels")]))[0] == (
+        "warmup"
+    )
+    cut = ["Traceback (most recent call last):", "    warmup_kernels(self.model_runner, self.execute_model)", OOM]
+    assert stage_of(cut)[0] == "warmup"
+
+
+def test_words_that_only_a_serving_engine_logs_place_a_bare_failure_at_runtime():
+    """uvicorn's shutdown lines (the HTTP server runs only once the engine is built) and V0's dead background loop
+    (`_raise_exception_on_finish`, AsyncEngineDeadError) come after a failure the log otherwise leaves unplaced."""
+    for after in (
+        "(APIServer pid=1) INFO:     Waiting for application shutdown.",
+        "(APIServer pid=1) INFO:     Application shutdown complete.",
+        "Exception in callback functools.partial(<function _raise_exception_on_finish at 0x7fdaecb5edd0>)",
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly.",
+    ):
+        assert decided([OOM, after]) == ("runtime_unknown", "message"), after
+    assert decided([OOM]) == ("loading_unknown", "none")  # without them: the prior
+    callback = '  File "/workspace/vllm/engine/async_llm_engine.py", line 29, in _raise_exception_on_finish'
+    assert decided(["Traceback (most recent call last):", callback, OOM]) == ("runtime_unknown", "frame")
+    # the step the traceback above named still says which one: the gated-delta-net chunk kernel runs prefill tokens
+    chunk = traceback([("vllm/model_executor/layers/fla/ops/chunk.py", "chunk_gated_delta_rule_fwd")])
+    assert decided([*chunk, "(APIServer pid=1) INFO:     Application shutdown complete."])[0] == "prefill"
+    recurrent = traceback(
+        [("vllm/model_executor/layers/fla/ops/fused_recurrent.py", "fused_recurrent_gated_delta_rule")]
+    )
+    assert decided([*recurrent, "(APIServer pid=1) INFO:     Application shutdown complete."])[0] == "decode"
+
+
+def test_a_sibling_ranks_words_name_the_method_both_were_running():
+    rank = "(VllmWorkerProcess pid=7) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] "
+    lines = [
+        rank + OOM,
+        rank.replace("pid=7", "pid=9") + "Exception in worker VllmWorkerProcess while processing method load_model.",
+    ]
+    assert decided(lines) == ("weight_loading", "message")
+    serving = lines[1].replace("load_model", "start_worker_execution_loop")
+    assert decided([lines[0], serving]) == ("runtime_unknown", "message")
+
+
+def test_what_pytorch_says_was_allocated_places_a_bare_failure():
+    """Nothing allocated by this process yet: the device was being set up or the weights were on their way; memory
+    held in CUDA graphs' private pools: graphs were captured, which vLLM does last in startup."""
+    nothing = OOM + " Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch."
+    assert decided([nothing]) == ("loading_unknown", "message")
+    moving = traceback([("torch/nn/modules/module.py", "_apply"), ("torch/nn/modules/module.py", "convert")])
+    xpu = "RuntimeError: XPU out of memory. Tried to allocate 1.02 GiB (GPU 0; 15.56 GiB total capacity; 0 bytes already allocated)"
+    assert decided([*moving[:-1], xpu]) == ("weight_loading", "message")
+    assert decided([*moving[:-1], xpu.replace("0 bytes already", "3.20 GiB already")])[0] == "loading_unknown"
+    pools = OOM + " Of the allocated memory 20.1 GiB is allocated by PyTorch, with 1.78 GiB allocated in private pools"
+    assert decided([pools]) == ("runtime_unknown", "none")
+    assert decided([pools.replace("1.78 GiB", "0 bytes")]) == ("loading_unknown", "none")
+    # the prior gives way to the engine's own words
+    assert decided([pools, "ERROR 07-31 12:11:49 [core.py:1] EngineCore failed to start."])[0] == "loading_unknown"
+
+
+def test_vllm_ascend_request_step_and_chunked_prefill_mask():
+    steps = [
+        ("vllm_ascend/worker/model_runner_v1.py", "execute_model"),
+        ("vllm_ascend/worker/model_runner_v1.py", "_process_reqs"),
+        ("vllm_ascend/attention/attention_mask.py", "get_splitfuse_attn_mask"),
+    ]
+    npu = "RuntimeError: NPU out of memory. Tried to allocate 23.16 GiB (NPU 3; 60.96 GiB total capacity)"
+    assert stage_of(traceback(steps, last=npu))[0] == "prefill"
+    assert stage_of(traceback(steps[:2], last=npu))[0] == "runtime_unknown"

@@ -217,12 +217,26 @@ ENGINE_NEVER_STARTED = re.compile(
 # V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the
 # stacktrace ..." (MQEngineDeadError, raised to requests) and "Engine loop has died" (its heartbeat): the loop ran.
 # V0's AsyncLLMEngine (vllm/engine/async_llm_engine.py): its background loop is started once the engine is built,
-# on the first request; the loop task's done-callback `_log_task_completion` logs "Engine background task failed".
+# on the first request; the loop task's done-callback `_log_task_completion` (before v0.4: `_raise_exception_on_finish`,
+# raising AsyncEngineDeadError) logs "Engine background task failed". uvicorn's shutdown lines ("Waiting for application
+# shutdown.", "Application shutdown complete.") come only from an HTTP server that ran, and vLLM starts it only once
+# the engine is built (vllm/entrypoints/openai/api_server.py: serve_http inside build_async_engine_client).
 ENGINE_WAS_RUNNING = re.compile(
     r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
     r"|Engine loop is not running|Engine loop has died"
-    r"|Engine background task failed|_log_task_completion"
+    r"|Engine background task failed|_log_task_completion|_raise_exception_on_finish|AsyncEngineDeadError"
+    r"|Waiting for application shutdown|Application shutdown complete"
 )
+# A worker's own words for the method it was running when it failed (V0's multiproc workers, vllm/executor/
+# multiproc_worker_utils.py; V1's collective_rpc): tensor-parallel ranks run the same method, so a rank's words place
+# a failure another rank logged just before them.
+METHOD_WORDS = re.compile(r"while processing method \w+|collective_rpc method \w+")
+# PyTorch's OOM text states what this process had allocated; nothing yet means the device was still being set up or
+# the weights were on their way (every later step runs with the weights in memory): loading.
+NOTHING_ALLOCATED = re.compile(r"\b0 bytes (?:is allocated by PyTorch|already allocated)")
+# "... with 1.78 GiB allocated in private pools (e.g., CUDA Graphs)": CUDA graphs had been captured; vLLM captures
+# them last in startup (compile_or_warm_up_model), so with no frame or words saying capture or warm-up, serving.
+GRAPH_POOLS = re.compile(r"with (?P<n>[\d.]+) (?P<unit>[KMG]i?B|bytes) allocated in private pools")
 # V0's MQLLMEngine.start() (vllm/engine/multiprocessing/engine.py, v0.6-v0.10) logs `repr(e)` of what killed its
 # engine loop; the engine was built (memory profiled, cache allocated) before start() is called, and a failure while
 # building is logged by run_mp_engine as str(e), not as a repr. So `OutOfMemoryError('...` from engine.py: serving.
@@ -367,6 +381,9 @@ for _stage, _funcs in {
         "kernel_warmup",
         "deep_gemm_warmup",
         "flashinfer_autotune",
+        # vllm/model_executor/warmup/kernel_warmup.py warmup_kernels: "Run two execute_model + sample_tokens
+        # iterations to JIT compile triton kernels", from compile_or_warm_up_model, after the KV cache exists
+        "warmup_kernels",
     ),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
     # the engine, executor and workers being built: startup, the step not named
@@ -406,8 +423,10 @@ for _stage, _funcs in {
         # (worker_base.py), named in "while processing method start_worker_execution_loop"
         "_run_engine",
         "start_worker_execution_loop",
-        # V1 AsyncLLM's output handler (see ENGINE_WAS_RUNNING)
+        # V1 AsyncLLM's output handler and V0 AsyncLLMEngine's background-loop callbacks (see ENGINE_WAS_RUNNING)
         "output_handler",
+        "_log_task_completion",
+        "_raise_exception_on_finish",
     ),
 }.items():
     for _f in _funcs:
@@ -426,6 +445,14 @@ STEP_FUNCS = {
     "paged_attention_v2": "decode",
     "decode_attention_fwd": "decode",
     "_decode": "decode",
+    # gated-delta-net layers (Qwen3-Next and kin, vllm/model_executor/layers/fla/ops/): the chunked kernel runs the
+    # prefill tokens, the fused recurrent one the decode tokens
+    "chunk_gated_delta_rule_fwd": "prefill",
+    "chunk_gated_delta_rule": "prefill",
+    "fused_recurrent_gated_delta_rule_fwd": "decode",
+    "fused_recurrent_gated_delta_rule": "decode",
+    # vllm-ascend's model_runner_v1: the chunked-prefill ("SplitFuse") attention mask, built for a step with prompts
+    "get_splitfuse_attn_mask": "prefill",
 }
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
@@ -466,7 +493,11 @@ PATH_FUNCS = (
         "runtime",
     ),
     ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"),
+    # vllm-ascend's model runner prepares a scheduled step's requests here (execute_model); its dummy runs do not
+    ("vllm_ascend/worker/model_runner", frozenset({"_process_reqs"}), "runtime"),
 )
+# torch.nn.Module moving its parameters onto the device (`model.to(device)`): with nothing allocated yet, the weights.
+MODULE_MOVE = ("torch/nn/modules/module.py", frozenset({"to", "_apply", "convert", "cuda", "xpu"}))
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
 V0_CAPTURE = ("capture", "vllm/worker/")
 # The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's

@@ -360,7 +360,11 @@ class LogAnalyzer:
         elif P.ENGINE_WAS_RUNNING.search(msg) or (
             source is not None and source.startswith(P.V0_ENGINE_SOURCE) and P.V0_ENGINE_LOOP_REPR.match(msg)
         ):
-            ev.stage, ev.phase = "runtime_unknown", "runtime"
+            ev.stage, ev.phase = self._step_of(ev), "runtime"
+        elif (method := P.METHOD_WORDS.search(msg)) is not None and (
+            stage := _method_stage(method.group(0), self.epoch)
+        ):
+            ev.stage, ev.phase = stage, P.phase_of(stage)
         else:
             return
         ev.stage_evidence = "message"
@@ -450,25 +454,7 @@ class LogAnalyzer:
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
         elif tag is None:
-            step = next((s for p, s in P.STEP_PATHS if p in path), None)
-            if step is not None:
-                tag = step
-            elif func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
-                tag = "graph_capture"
-            elif (named := next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)) is not None:
-                tag = named
-            elif any(p in path for p in P.COMPILE_PATHS):
-                tag = "compile"
-            elif any(p in path for p in P.CAPTURE_PATHS):
-                tag = "graph_capture"
-            elif any(p in path for p in P.SERVING_PATHS):
-                tag = "runtime"
-            elif func == "__init__" and any(p in path for p in P.MODEL_PATHS):
-                tag = "weight_loading"  # a model class being built
-            elif func == "__init__" and any(p in path for p in P.ENGINE_PATHS):
-                tag = "startup"
-            elif any(p in path for p in P.CONSTRUCTION_PATHS):
-                tag = "construction"
+            tag = _path_tag(path, func)
         if tag is not None:
             self._tag(key, tag)
 
@@ -525,6 +511,16 @@ class LogAnalyzer:
                 return tag, "frame", "medium"
         return "runtime_unknown", "", ""
 
+    def _step_of(self, ev: Event) -> str:
+        """Prefill or decode for a failure found to be a runtime one after it was logged: the scheduler's dump of
+        the step, else the step frames of its traceback (still open, or just closed)."""
+        step = self._last_step.get(-1)
+        if step in ("prefill", "decode"):
+            return step
+        at, recent = self._recent_frames
+        frames = self._frames.get(ev.process) or (recent if recent and self.lines - at <= RELAY_LINES else [])
+        return next((tag for tag in reversed(frames) if tag in ("prefill", "decode")), "runtime_unknown")
+
     def _current_frames(self, rec: Record) -> list[str]:
         frames = self._frames.get(rec.process)
         if frames:
@@ -560,13 +556,18 @@ class LogAnalyzer:
             if not why:
                 why = "frame" if "runtime" in frames else "message" if "runtime" in named_tags else "serving"
             return step, why, conf or "medium"
+        if P.NOTHING_ALLOCATED.search(rec.message):  # the process had nothing on the device yet
+            return ("weight_loading" if "module_move" in frames else "loading_unknown"), "message", "medium"
         if "startup" in frames:  # the engine being built: a startup step the frames do not name
             return "loading_unknown", "frame", "medium"
         if ep.started:
             if ep.stage in P.LOADING_STAGES and ep.stage != "loading_unknown":
                 return ep.stage, "marker", "medium"
             return "loading_unknown", "marker", "low"
-        return UNDECIDED_STAGE, "none", "low"
+        # nothing decides: a prior, not evidence (what follows may still decide, see _engine_words)
+        pools = P.GRAPH_POOLS.search(rec.message)
+        graphs = pools is not None and float(pools.group("n")) > 0
+        return ("runtime_unknown" if graphs else UNDECIDED_STAGE), "none", "low"
 
     def _oom(
         self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str, msg: str | None = None
@@ -967,6 +968,44 @@ def _named_methods(message: str) -> list[str]:
         if tag is not None:
             tags.append(tag)
     return tags
+
+
+def _path_tag(path: str, func: str) -> str | None:
+    """The tag of a frame whose function name alone says nothing: by where it stands (and what it is called there)."""
+    step = next((s for p, s in P.STEP_PATHS if p in path), None)
+    if step is not None:
+        return step
+    if func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
+        return "graph_capture"
+    named = next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)
+    if named is not None:
+        return named
+    if func in P.MODULE_MOVE[1] and P.MODULE_MOVE[0] in path:
+        return "module_move"
+    if any(p in path for p in P.COMPILE_PATHS):
+        return "compile"
+    if any(p in path for p in P.CAPTURE_PATHS):
+        return "graph_capture"
+    if any(p in path for p in P.SERVING_PATHS):
+        return "runtime"
+    if func == "__init__" and any(p in path for p in P.MODEL_PATHS):
+        return "weight_loading"  # a model class being built
+    if func == "__init__" and any(p in path for p in P.ENGINE_PATHS):
+        return "startup"
+    if any(p in path for p in P.CONSTRUCTION_PATHS):
+        return "construction"
+    return None
+
+
+def _method_stage(words: str, ep: Epoch) -> str | None:
+    """The stage of the method a worker names (`while processing method load_model`), or None."""
+    tags = _named_methods(words)
+    decided = _stage_from_frames(tags, ep)
+    if decided is not None:
+        return decided[0]
+    if "runtime" in tags:
+        return "runtime_unknown"
+    return "loading_unknown" if "startup" in tags else None
 
 
 def _stage_from_words(message: str) -> tuple[str, str, str] | None:
