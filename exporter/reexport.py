@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from prometheus_client.samples import Sample as PCSample
 
+from exporter.catalog import PREFIX
 from exporter.exposition_writer import sample_line
 from exporter.vllm import names
-
-PREFIX = "vllm_headroom_"
 
 
 def reexport_families() -> dict[str, tuple[str, str]]:

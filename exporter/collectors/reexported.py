@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from exporter.catalog import PREFIX
 from exporter.exposition_writer import Rendered
-from exporter.reexport import PREFIX, reexport_families
+from exporter.reexport import reexport_families
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
