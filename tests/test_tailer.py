@@ -250,7 +250,9 @@ def test_poison_lines_lose_no_oom_and_the_offset_matches_what_was_counted(tmp_pa
 
 def test_docker_record_nested_5000_deep_is_counted_and_passed_over(tmp_path):
     p = tmp_path / "d.log"
-    lines = [NESTED_DOCKER, docker_record(START)]  # first: the format is still told from the lines after it
+    # first: the format is still told from the lines after it; ready, so each failure is a runtime one that the
+    # stats line after it closes (a startup failure would be one incident: nothing ends it but a restart)
+    lines = [NESTED_DOCKER, docker_record(START), docker_record(READY)]
     for _ in range(5):
         lines += [NESTED_DOCKER, docker_record(OOM), docker_record(STATS)]
     append(p, *lines)

@@ -228,15 +228,14 @@ ENGINE_WAS_RUNNING = re.compile(
     r"|Waiting for application shutdown|Application shutdown complete"
 )
 # A worker's own words for the method it was running when it failed (V0's multiproc workers, vllm/executor/
-# multiproc_worker_utils.py; V1's collective_rpc): tensor-parallel ranks run the same method, so a rank's words place
+# multiproc_worker_utils.py): tensor-parallel ranks run the same method, so a rank's words place
 # a failure another rank logged just before them.
-METHOD_WORDS = re.compile(r"while processing method \w+|collective_rpc method \w+")
+METHOD_WORDS = re.compile(r"while processing method \w+")
 # PyTorch's OOM text states what this process had allocated; nothing yet means the device was still being set up or
 # the weights were on their way (every later step runs with the weights in memory): loading.
 NOTHING_ALLOCATED = re.compile(r"\b0 bytes (?:is allocated by PyTorch|already allocated)")
-# "... with 1.78 GiB allocated in private pools (e.g., CUDA Graphs)": CUDA graphs had been captured; vLLM captures
-# them last in startup (compile_or_warm_up_model), so with no frame or words saying capture or warm-up, serving.
-GRAPH_POOLS = re.compile(r"with (?P<n>[\d.]+) (?P<unit>[KMG]i?B|bytes) allocated in private pools")
+# (PyTorch's "... allocated in private pools (e.g., CUDA Graphs)" says nothing of the stage: sleep mode keeps weights
+# and KV cache in such pools, and since v0.21 graphs are captured while memory is profiled.)
 # V0's MQLLMEngine.start() (vllm/engine/multiprocessing/engine.py, v0.6-v0.10) logs `repr(e)` of what killed its
 # engine loop; the engine was built (memory profiled, cache allocated) before start() is called, and a failure while
 # building is logged by run_mp_engine as str(e), not as a repr. So `OutOfMemoryError('...` from engine.py: serving.
@@ -291,6 +290,10 @@ SERVING_SOURCES = (
     "serving_score.py",
 )
 ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
+# Answers that needed a live engine: a request to generate, embed, score (all POST), or /health, which asks the engine
+# (vllm/entrypoints/openai/api_server.py `health`: engine_client.check_health()). /metrics, /v1/models, /version and
+# /ping answer without it, also after it died.
+ENGINE_ANSWERED = re.compile(r'"(?:POST \S+|GET /health) HTTP/')
 
 # -- how an excerpt was pasted -------------------------------------------------------------------------
 # A log copied out of a web page keeps the page's escapes (`File &quot;/x.py&quot;, line 3`).

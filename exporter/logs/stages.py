@@ -257,10 +257,12 @@ class LogAnalyzer:
         if msg.startswith("Received request"):
             return []
         if first.isdigit() and "HTTP/" in msg:
-            if P.ACCESS_OK.search(msg):
+            if P.ACCESS_OK.search(msg) and P.ENGINE_ANSWERED.search(msg):
                 self._healthy()
             else:
-                self._serving()  # an error answer: the server was serving, the incident is not over
+                # an error answer, or an answer the API server gives without its engine (/metrics, /v1/models:
+                # the daemon's own scrapes among them): the server was serving, the incident is not over
+                self._serving()
             return []
         if "Avg prompt throughput" in msg:
             m = P.STATS_LINE.search(msg)
@@ -564,10 +566,7 @@ class LogAnalyzer:
             if ep.stage in P.LOADING_STAGES and ep.stage != "loading_unknown":
                 return ep.stage, "marker", "medium"
             return "loading_unknown", "marker", "low"
-        # nothing decides: a prior, not evidence (what follows may still decide, see _engine_words)
-        pools = P.GRAPH_POOLS.search(rec.message)
-        graphs = pools is not None and float(pools.group("n")) > 0
-        return ("runtime_unknown" if graphs else UNDECIDED_STAGE), "none", "low"
+        return UNDECIDED_STAGE, "none", "low"  # a prior, not evidence: what follows may still decide (_engine_words)
 
     def _oom(
         self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str, msg: str | None = None
@@ -715,15 +714,28 @@ class LogAnalyzer:
         API server binds its port early but listens only once the engine is built (vllm/entrypoints/openai/
         api_server.py run_server_worker: `serve_http` runs inside `async with build_async_engine_client(...)`,
         which returns after the engine core's ready handshake), so the run under way is serving, also when its log
-        holds no readiness line (rotated away) and no serving signs (stats and access logs turned off)."""
-        self._healthy()
+        holds no readiness line (rotated away) and no serving signs (stats and access logs turned off).
+
+        Heard only for a run whose start this log did not show (vLLM logs its readiness before it listens, so a
+        start without a readiness line answered by a scrape is another process: a second server under the same
+        glob, replicas behind one URL) and while no failure is open or undecided: the API server goes on answering
+        /metrics for a while after its engine died (vllm/entrypoints/launcher.py watchdog_loop, every 5 s; never
+        with VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), so an answer says nothing of what just failed."""
+        ep = self.epoch
+        if ep.started or ep.ready or ep.crashed or self._open or self._pending is not None or self._cut is not None:
+            return
+        self._saw_runtime = True
+        ep.ready = True
 
     def _healthy(self) -> None:
+        """Serving signs that may also close the incidents under way: a request answered, a stats line. Not once
+        the engine died in this run (an engine_crash): its API server may log stats until the watchdog stops it,
+        and the relays of the failure that follow are the same incident."""
         self._saw_runtime = True
         self._keep_provisional(serving="low")
-        if self._open:
-            self._open.clear()
         ep = self.epoch
+        if self._open and not ep.crashed:
+            self._open.clear()
         if not ep.ready and not ep.crashed:
             ep.ready = True  # serving (the readiness line may be cut out of the excerpt, or before the log began)
 
@@ -961,7 +973,7 @@ _IDENTIFIER = re.compile(r"\b[a-z_][a-z0-9_]{5,60}\b")
 
 def _named_methods(message: str) -> list[str]:
     """Stage tags of the vLLM methods a message names (`... while processing method determine_num_available_blocks:
-    CUDA out of memory`, `Call to collective_rpc method load_model failed`)."""
+    CUDA out of memory`)."""
     tags = []
     for name in _IDENTIFIER.findall(message[:2000]):
         tag = P.FRAME_FUNCS.get(name)
