@@ -918,3 +918,50 @@ def test_a_scrape_does_not_make_a_startup_the_log_shows_ready():
     a.note_serving()
     a.flush()
     assert a.first_oom.stage == "loading_unknown"
+
+
+def test_vllms_own_load_failure_message_names_weight_loading():
+    """vllm/v1/worker/gpu_model_runner.py load_model logs "Failed to load model - not enough GPU memory ... (original
+    error: CUDA out of memory ...)" when the weights do not fit."""
+    line = (
+        "(EngineCore_DP0 pid=5) ERROR 01-05 22:46:36 [gpu_model_runner.py:3797] Failed to load model - not enough GPU "
+        "memory. Try lowering --gpu-memory-utilization to free memory for weights. (original error: CUDA out of "
+        "memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.52 GiB of which 1.12 GiB is free.)"
+    )
+    assert decided([line]) == ("weight_loading", "message")
+
+
+def test_warmup_modules_and_the_v1_sampler_place_a_startup_failure():
+    """Frames in vllm/model_executor/warmup/ are warm-up whatever the helper is called; V1's sampler with nothing
+    saying serving ran in its startup dummy run (warm-up once the cache is sized, profiling before)."""
+    deep_gemm = [("vllm/model_executor/warmup/deep_gemm_warmup.py", "_warmup")]
+    assert decided(traceback(deep_gemm)) == ("warmup", "frame")
+    sampler = [("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_top_p")]
+    assert decided(traceback(sampler)) == ("warmup", "frame")
+    # the same sampler frames under the busy loop, or after readiness: serving
+    assert decided(traceback(SERVING + sampler))[0] == "runtime_unknown"
+    ready = "(APIServer pid=1) INFO 05-29 10:00:00 [launcher.py:37] Application startup complete."
+    assert decided([ready, *traceback(sampler)])[0] == "runtime_unknown"
+
+
+def test_a_prompts_multimodal_embeddings_are_a_prefill_step():
+    ready = "(APIServer pid=1) INFO 05-29 10:00:00 [launcher.py:37] Application startup complete."
+    merge = [("vllm/model_executor/models/utils.py", "_merge_multimodal_embeddings")]
+    assert decided([ready, *traceback(SERVING + merge)])[0] == "prefill"
+
+
+def test_v0_sizing_the_cache_at_zero_blocks_is_the_kv_cache_failure():
+    """V0 logs "# cuda blocks: 0, # CPU blocks: N" and the worker raises "No available memory for the cache blocks"
+    next (worker.py raise_if_cache_size_invalid): an excerpt cut before the raise still holds the failure, once."""
+    lines = [
+        "INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch "
+        "activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.",
+        "INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681",
+    ]
+    assert decided(lines) == ("kv_cache_alloc", "message")
+    raised = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."
+    a = feed([*lines, raised])
+    a.flush()
+    assert a.counts["oom"] == 1
+    healthy = lines[1].replace("blocks: 0,", "blocks: 2715,")
+    assert decided([healthy]) == (None, None)

@@ -185,7 +185,9 @@ MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
         re.compile(
             r"creat(?:e|ing) (?:the )?(?:[\w-]+ ){0,3}weights|load(?:ing)? (?:the )?(?:model )?weights"
             r"|loading (?:the )?model\b"
-            r"|model loading",
+            r"|model loading"
+            # vllm/v1/worker/gpu_model_runner.py load_model: "Failed to load model - not enough GPU memory. ..."
+            r"|failed to load (?:the )?model\b",
             re.I,
         ),
         "weight_loading",
@@ -456,6 +458,10 @@ STEP_FUNCS = {
     "fused_recurrent_gated_delta_rule": "decode",
     # vllm-ascend's model_runner_v1: the chunked-prefill ("SplitFuse") attention mask, built for a step with prompts
     "get_splitfuse_attn_mask": "prefill",
+    # a new prompt's image / audio embeddings merged into its token embeddings (vllm/model_executor/models/utils.py):
+    # only a step that computes prompt tokens carrying them
+    "merge_multimodal_embeddings": "prefill",
+    "_merge_multimodal_embeddings": "prefill",
 }
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
@@ -499,6 +505,12 @@ PATH_FUNCS = (
     # vllm-ascend's model runner prepares a scheduled step's requests here (execute_model); its dummy runs do not
     ("vllm_ascend/worker/model_runner", frozenset({"_process_reqs"}), "runtime"),
 )
+# vLLM's warm-up modules (vllm/model_executor/warmup/: kernel_warmup.py, deep_gemm_warmup.py), run from
+# compile_or_warm_up_model after the KV cache exists, whatever their helpers are called.
+WARMUP_PATHS = ("vllm/model_executor/warmup/",)
+# V1's sampler. At startup it runs only inside `_dummy_sampler_run` (memory profiling, then the warm-up), so its frames
+# with nothing saying serving place a failure there; while serving they run for every step (the readiness decides).
+V1_SAMPLER_PATHS = ("vllm/v1/sample/",)
 # torch.nn.Module moving its parameters onto the device (`model.to(device)`): with nothing allocated yet, the weights.
 MODULE_MOVE = ("torch/nn/modules/module.py", frozenset({"to", "_apply", "convert", "cuda", "xpu"}))
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
@@ -625,6 +637,9 @@ KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
 KV_TOKENS = re.compile(r"KV cache size: " + NUM + r" tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for " + NUM + r" tokens per request: " + NUM + r"x")
 GPU_BLOCKS = re.compile(r"^# (?:GPU|\w+) blocks: (\d+)")
+# V0's executor logs the blocks it sized ("# cuda blocks: 0, # CPU blocks: N", executor_base.py initialize_cache) and
+# the worker then raises "No available memory for the cache blocks" for zero (worker.py raise_if_cache_size_invalid).
+NO_GPU_BLOCKS = re.compile(r"^# (?!CPU)\w+ blocks: 0\b")
 GRAPH_CAPTURE = re.compile(r"^Graph capturing finished in " + NUM + r" secs?(?:, took " + NUM + r" GiB)?")
 ENGINE_INIT = re.compile(r"^init engine \(profile, create kv cache, warmup model\) took " + NUM + r" ?s")
 # What the log says of the environment (nvidia-smi's header, vLLM's collect_env, torch's OOM message).

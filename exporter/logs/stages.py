@@ -307,7 +307,7 @@ class LogAnalyzer:
                     break
         if P.FACT_HINT.search(msg):
             self._facts(msg)
-            self._check_kv_negative(rec, line, when)
+            new += self._check_kv_negative(rec, line, when)
         if "SchedulerOutput(" in msg and P.SCHEDULER_DUMP.match(msg):
             self._scheduler_dump(rec, msg)
         self._end_traceback(key, msg)
@@ -414,10 +414,20 @@ class LogAnalyzer:
                 if self._pending is not None:
                     self._decide_by_frames(frames)
 
-    def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> None:
+    def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> list[Event]:
         """`Available KV cache memory: -3.2 GiB`: the cache cannot be allocated; the failure follows."""
+        if P.NO_GPU_BLOCKS.match(rec.message) and not self.epoch.ready and "oom" not in self._open:
+            # V0 sized the cache at zero blocks: the worker raises "No available memory for the cache blocks" next
+            ev = Event(line.number, when, "oom", "kv_cache_alloc", "loading", _evidence(rec.message), rec.process)
+            ev.cause, ev.stage_evidence, ev.confidence = "kv_cache_insufficient", "message", "high"
+            return self._count_oom(ev)
         kv = self.epoch.facts.get("kv_cache_memory_gib")
-        if self._kv_negative is None and isinstance(kv, (int, float)) and kv <= 0 and "KV cache memory" in rec.message:
+        negative = isinstance(kv, (int, float)) and kv <= 0
+        if (
+            self._kv_negative is None
+            and negative
+            and ("KV cache memory" in rec.message or "for KV Cache" in rec.message)
+        ):
             self._kv_negative = Event(
                 line.number,
                 when,
@@ -426,6 +436,7 @@ class LogAnalyzer:
                 process=rec.process,
                 cause="kv_cache_negative",
             )
+        return []
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
 
@@ -560,6 +571,10 @@ class LogAnalyzer:
             return step, why, conf or "medium"
         if P.NOTHING_ALLOCATED.search(rec.message):  # the process had nothing on the device yet
             return ("weight_loading" if "module_move" in frames else "loading_unknown"), "message", "medium"
+        if "sampler_code" in frames:  # the sampler with nothing saying serving: its dummy run at startup
+            sampler = _stage_from_frames(["sampler"], ep)
+            assert sampler is not None
+            return sampler[0], "frame", "medium"
         if "startup" in frames:  # the engine being built: a startup step the frames do not name
             return "loading_unknown", "frame", "medium"
         if ep.started:
@@ -994,6 +1009,10 @@ def _path_tag(path: str, func: str) -> str | None:
         return named
     if func in P.MODULE_MOVE[1] and P.MODULE_MOVE[0] in path:
         return "module_move"
+    if any(p in path for p in P.WARMUP_PATHS):
+        return "warmup"
+    if any(p in path for p in P.V1_SAMPLER_PATHS):
+        return "sampler_code"
     if any(p in path for p in P.COMPILE_PATHS):
         return "compile"
     if any(p in path for p in P.CAPTURE_PATHS):
