@@ -26,7 +26,8 @@ def _escape(value: str) -> str:
     return value
 
 
-def _head(name: str, labels: dict[str, str]) -> str:
+def sample_head(name: str, labels: dict[str, str]) -> str:
+    """`name{label="value",...}`, labels sorted and escaped: a sample line up to its value."""
     if labels:
         inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
         return f"{name}{{{inner}}}"
@@ -35,7 +36,7 @@ def _head(name: str, labels: dict[str, str]) -> str:
 
 def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
     """One text-format sample line; without a timestamp it is also the OpenMetrics line."""
-    head = _head(name, labels)
+    head = sample_head(name, labels)
     if timestamp is not None:
         return f"{head} {floatToGoString(value)} {int(float(timestamp) * 1000):d}\n"
     return f"{head} {floatToGoString(value)}\n"
@@ -114,7 +115,7 @@ def openmetrics_format(source: Collector | Iterable[Metric]) -> bytes:
         for s in metric.samples:
             if s.native_histogram:
                 continue
-            line = _head(s.name, s.labels)
+            line = sample_head(s.name, s.labels)
             if s.value is not None:
                 line += " " + floatToGoString(s.value)
             else:

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from exporter.duration import prometheus_seconds
+from exporter.exposition_writer import sample_head
 from tests.conftest import Prometheus, need, start_prometheus
 
 
@@ -82,8 +83,7 @@ def backfill_rules(workdir: Path, passes: list[Path], start: int, end: int, *pro
                         for series in prom.api.range(rule["expr"], first, last, step):
                             labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
                             labels.update(rule.get("labels") or {})
-                            block = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(labels.items()))
-                            head = f"{rule['record']}{{{block}}}" if block else rule["record"]
+                            head = sample_head(rule["record"], labels)
                             lines += [f"{head} {value} {t}" for t, value in series["values"]]
         finally:
             prom.proc.terminate()
@@ -98,10 +98,6 @@ def backfill_rules(workdir: Path, passes: list[Path], start: int, end: int, *pro
 
 
 MAX_POINTS = 10_000  # Prometheus answers at most 11,000 points per series of a range query
-
-
-def _escaped(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def query_range(prom: Prometheus, expr: str, start: int, end: int, step: int) -> list[dict[str, Any]]:
