@@ -291,11 +291,10 @@ SERVING_SOURCES = (
     "serving_pooling.py",
     "serving_score.py",
 )
-ACCESS_OK = re.compile(r'"(?:GET|POST|PUT|DELETE) \S+ HTTP/[\d.]+" 2\d\d')
-# Answers that needed a live engine: a request to generate, embed, score (all POST), or /health, which asks the engine
-# (vllm/entrypoints/openai/api_server.py `health`: engine_client.check_health()). /metrics, /v1/models, /version and
-# /ping answer without it, also after it died.
-ENGINE_ANSWERED = re.compile(r'"(?:POST \S+|GET /health) HTTP/')
+# A 2xx answer that needed a live engine: a request to generate, embed, score (all POST), or /health, which asks the
+# engine (vllm/entrypoints/openai/api_server.py `health`: engine_client.check_health()). /metrics, /v1/models,
+# /version and /ping answer without it, also after it died.
+ENGINE_ANSWERED_OK = re.compile(r'"(?:POST \S+|GET /health) HTTP/[\d.]+" 2\d\d')
 
 # -- how an excerpt was pasted -------------------------------------------------------------------------
 # A log copied out of a web page keeps the page's escapes (`File &quot;/x.py&quot;, line 3`).

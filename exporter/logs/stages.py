@@ -257,7 +257,7 @@ class LogAnalyzer:
         if msg.startswith("Received request"):
             return []
         if first.isdigit() and "HTTP/" in msg:
-            if P.ACCESS_OK.search(msg) and P.ENGINE_ANSWERED.search(msg):
+            if P.ENGINE_ANSWERED_OK.search(msg):
                 self._healthy()
             else:
                 # an error answer, or an answer the API server gives without its engine (/metrics, /v1/models:
@@ -512,9 +512,9 @@ class LogAnalyzer:
         self._last_step[rec.dp_rank] = step
         self._last_step[-1] = step  # the latest of any rank
 
-    def _runtime_step(self, rec: Record, frames: list[str]) -> tuple[str, str, str]:
+    def _runtime_step(self, dp_rank: int | None, frames: list[str]) -> tuple[str, str, str]:
         """Prefill or decode: the scheduler's dump of the failing step, else frames on one path only."""
-        step = self._last_step.get(rec.dp_rank) if rec.dp_rank is not None else None
+        step = self._last_step.get(dp_rank) if dp_rank is not None else None
         if step is None:
             step = self._last_step.get(-1)
         if step in ("prefill", "decode"):
@@ -527,15 +527,11 @@ class LogAnalyzer:
     def _step_of(self, ev: Event) -> str:
         """Prefill or decode for a failure found to be a runtime one after it was logged: the scheduler's dump of
         the step, else the step frames of its traceback (still open, or just closed)."""
-        step = self._last_step.get(-1)
-        if step in ("prefill", "decode"):
-            return step
-        at, recent = self._recent_frames
-        frames = self._frames.get(ev.process) or (recent if recent and self.lines - at <= RELAY_LINES else [])
-        return next((tag for tag in reversed(frames) if tag in ("prefill", "decode")), "runtime_unknown")
+        return self._runtime_step(None, self._current_frames(ev.process))[0]
 
-    def _current_frames(self, rec: Record) -> list[str]:
-        frames = self._frames.get(rec.process)
+    def _current_frames(self, process: str | None) -> list[str]:
+        """The frames of the process's traceback under way, else those of one that just closed."""
+        frames = self._frames.get(process)
         if frames:
             return frames
         at, recent = self._recent_frames
@@ -544,17 +540,15 @@ class LogAnalyzer:
     def _classify(self, rec: Record, hint: str | None) -> tuple[str, str, str]:
         """(stage, what decided it, confidence). Readiness first, then the message, frames, markers."""
         ep = self.epoch
-        frames = self._current_frames(rec)
+        frames = self._current_frames(rec.process)
         if ep.ready:  # after readiness a failure is a runtime one, whatever the frames
-            stage, why, conf = self._runtime_step(rec, frames)
+            stage, why, conf = self._runtime_step(rec.dp_rank, frames)
             return stage, why or "readiness", conf or "medium"
         if hint == "sampler":  # the sampler's dummy run serves memory profiling too, before the cache is sized
-            if "kv_cache_alloc" in frames:
-                return "kv_cache_alloc", "frame", "high"
-            if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
-                return "kv_cache_alloc", "marker", "medium"
-            sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
-            return "warmup", "message", "high" if sure else "medium"
+            stage, conf = _sampler_stage(frames, ep)
+            if stage == "kv_cache_alloc":
+                return stage, "frame" if conf == "high" else "marker", conf
+            return stage, "message", conf
         if hint is not None:
             return hint, "message", "high"
         decided = _stage_from_frames(frames, ep)
@@ -565,16 +559,14 @@ class LogAnalyzer:
         if decided is not None:
             return decided
         if "runtime" in frames or "runtime" in named_tags or (not ep.started and self._saw_runtime):
-            step, why, conf = self._runtime_step(rec, frames)
+            step, why, conf = self._runtime_step(rec.dp_rank, frames)
             if not why:
                 why = "frame" if "runtime" in frames else "message" if "runtime" in named_tags else "serving"
             return step, why, conf or "medium"
         if P.NOTHING_ALLOCATED.search(rec.message):  # the process had nothing on the device yet
             return ("weight_loading" if "module_move" in frames else "loading_unknown"), "message", "medium"
         if "sampler_code" in frames:  # the sampler with nothing saying serving: its dummy run at startup
-            sampler = _stage_from_frames(["sampler"], ep)
-            assert sampler is not None
-            return sampler[0], "frame", "medium"
+            return _sampler_stage(frames, ep)[0], "frame", "medium"
         if "startup" in frames:  # the engine being built: a startup step the frames do not name
             return "loading_unknown", "frame", "medium"
         if ep.started:
@@ -961,6 +953,19 @@ class LogAnalyzer:
         return a
 
 
+def _sampler_stage(frames: list[str], ep: Epoch) -> tuple[str, str]:
+    """(stage, confidence) of a failure in the sampler's dummy run. `_dummy_sampler_run` serves memory profiling
+    (profile_run) and, since vLLM PR #13776, the warm-up after the KV cache is allocated
+    (gpu_worker.compile_or_warm_up_model), outside the memory budget and where it runs out: the warm-up unless
+    profiling is shown under way."""
+    if "kv_cache_alloc" in frames:
+        return "kv_cache_alloc", "high"
+    if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
+        return "kv_cache_alloc", "medium"
+    sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
+    return "warmup", "high" if sure else "medium"
+
+
 def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | None:
     """The innermost startup step in the traceback (capture inside warm-up is capture), or None."""
     for tag in reversed(frames):
@@ -968,15 +973,8 @@ def _stage_from_frames(frames: list[str], ep: Epoch) -> tuple[str, str, str] | N
             if tag == "compile":
                 return "graph_capture", "frame", "high"
             if tag == "sampler":
-                # _dummy_sampler_run serves memory profiling (profile_run) and, since vLLM PR #13776, the warm-up
-                # after the KV cache is allocated (gpu_worker.compile_or_warm_up_model), outside the memory budget
-                # and where it runs out: the warm-up unless profiling is shown under way.
-                if "kv_cache_alloc" in frames:
-                    return "kv_cache_alloc", "frame", "high"
-                if ep.started and not ep.kv_sized and ep.stage == "kv_cache_alloc" and "warmup" not in frames:
-                    return "kv_cache_alloc", "frame", "medium"
-                sure = "warmup" in frames or ep.kv_sized or ep.stage in ("graph_capture", "warmup")
-                return "warmup", "frame", "high" if sure else "medium"
+                stage, conf = _sampler_stage(frames, ep)
+                return stage, "frame", conf
             return tag, "frame", "high"
     if "construction" in frames and "runtime" not in frames:
         return "weight_loading", "frame", "medium"
