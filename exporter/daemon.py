@@ -218,7 +218,8 @@ class Daemon:
                     session, s.config.url, s.config.timeout_s, s.config.max_response_bytes, s.labels
                 )
                 s.update(result, started)
-                if result.series and s.tailer is not None:  # serving: the log's analyzer hears it on its own thread
+                if result.series and s.tailer is not None and s.tailer.heeds_serving():
+                    # serving: the log's analyzer hears it on its own thread
                     await asyncio.get_running_loop().run_in_executor(self._log_thread, s.tailer.note_serving)
             except asyncio.CancelledError:
                 raise

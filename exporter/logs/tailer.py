@@ -281,6 +281,13 @@ class LogTailer:
                 dataclasses.replace(self.health),
             )
 
+    def heeds_serving(self) -> bool:
+        """Whether note_serving could change anything: read without the lock, as a hint for the scrape loop (most
+        runs show their start, so most scrapes need no hop to the log thread); a stale answer costs one needless
+        hop, or defers the note to the next scrape."""
+        ep = self.analyzer.epoch
+        return not (ep.started or ep.ready or ep.crashed)
+
     def note_serving(self) -> None:
         """A scrape found the server serving: tell the analyzer, but only when nothing the server logged is left
         unread (lines still to read may hold a restart, which the scrape's answer does not belong to)."""
