@@ -597,6 +597,35 @@ def test_offline_generation_progress_means_the_engine_was_up():
     assert (a.first_oom.phase, a.first_oom.ready_before) == ("runtime", True)
 
 
+def test_a_progress_bar_after_an_undecided_failure_says_generation_was_under_way():
+    """tqdm redraws `LLM.generate`'s bar as the failure unwinds (close on exit), so it follows the traceback."""
+    frames = traceback([("deepencoder/sam.py", "forward")])[1:]  # cut: no frame says when
+    bar = "Processed prompts:   0%|          | 0/5 [00:00<?, ?it/s, est. speed input: 0.00 toks/s, output: 0.00 toks/s]"
+    a = feed([*frames, bar])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "serving")
+    a = feed(frames)  # without the bar nothing says serving: startup is the default
+    a.flush()
+    assert a.first_oom.stage == "loading_unknown"
+    # a bar does not overrule what the frames said
+    a = feed([*traceback(PROFILE), bar])
+    a.flush()
+    assert a.first_oom.stage == "kv_cache_alloc"
+
+
+def test_tenstorrents_allocator_failure_is_a_memory_failure_placed_by_its_kv_progress_bar():
+    """tt-metal's bank manager raises "Out of Memory: Not enough space to allocate N B DRAM buffer across N banks";
+    its vLLM backend draws "Allocating TT kv caches" while it sizes the paged cache."""
+    bar = "Allocating TT kv caches for each layer (submesh 1):  69%|██████▍  | 22/32 [00:01<00:00, 11.60it/s]"
+    tt = "Out of Memory: Not enough space to allocate 71999488 B DRAM buffer across 12 banks, where each bank needs"
+    a = feed([bar, "info:", tt])
+    a.flush()
+    assert (a.counts["oom"], a.first_oom.stage) == (1, "kv_cache_alloc")
+    a = feed([f"INFO 01-01 00:00:00 [logger.py:39] Received request chatcmpl-1: prompt: '{tt}'"])
+    a.flush()
+    assert a.counts["oom"] == 0
+
+
 def test_nccls_own_out_of_memory_is_a_memory_failure():
     """NCCL's CUDACHECK warns `Cuda failure 2 'out of memory'` (a device allocation for its buffers)."""
     line = "host:123:456 [0] include/alloc.h:112 NCCL WARN Cuda failure 2 'out of memory'"

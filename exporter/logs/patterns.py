@@ -71,6 +71,8 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
         ),
         "kv_cache_alloc",
     ),
+    # tt-metal's vLLM backend (models/tt_transformers allocate_vllm_kv_cache): tqdm "Allocating TT kv caches ..."
+    (re.compile(r"^Allocating TT kv caches"), "kv_cache_alloc"),
     (re.compile(r"Capturing CUDA graph|Capturing cudagraphs|^Capturing the model for CUDA graphs"), "graph_capture"),
     (re.compile(r"^Graph capturing finished"), "graph_captured"),
     (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
@@ -79,7 +81,7 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(
     r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
-    r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|GPU blocks|Maximum concurrency"
+    r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|TT kv caches|GPU blocks|Maximum concurrency"
     r"|apturing|init engine|startup complete|API server|Uvicorn running"
 )
 # Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
@@ -137,7 +139,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
     r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
-    r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED"
+    r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
 )
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
@@ -150,7 +152,10 @@ OOM_SIGNATURE = re.compile(
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
-    r"|Cuda failure (?:\d+ )?'out of memory')"
+    r"|Cuda failure (?:\d+ )?'out of memory'"
+    # Tenstorrent's allocator (tt-metal tt_metal/impl/allocator/bank_manager.cpp): "Out of Memory: Not enough space to
+    # allocate {} B {} buffer across {} banks" (DRAM, L1), raised through TT_FATAL/TT_THROW by its vLLM backend
+    r"|Out of Memory: Not enough space to allocate \d+ B \w+ buffer)"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"

@@ -277,6 +277,10 @@ class LogAnalyzer:
             self._hold_cut(rec, line)
         if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
             if msg.startswith(P.OFFLINE_PROGRESS):
+                # a bar drawn after a failure nothing placed: tqdm redraws it as the failure unwinds (close on
+                # exit), so generation was under way when it hit
+                if self._pending is not None and self._pending.stage_evidence == "none":
+                    self._keep_provisional(serving="low")
                 return self._marker(line, line.time or rec.time, "ready")
             if P.MODEL_INPUT_DUMP.match(msg):
                 self._model_input_dump(rec, msg)
