@@ -13,13 +13,15 @@ it would make it dev.
 
 from __future__ import annotations
 
+import io
 import shutil
 
 import pytest
 
 from exporter.config import LogSource
+from exporter.logs.formats import LogLine
 from exporter.logs.tailer import LogTailer
-from exporter.triage import triage_path
+from exporter.triage import triage_path, triage_stream, unnumbered
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
@@ -68,6 +70,33 @@ def test_the_daemons_counter_agrees_with_triage_on_every_real_log(tmp_path):
             disagreements.append(f"{e['file']}: daemon {counted}, triage {report['oom_by_stage']}")
         tailer.close()
     assert not disagreements, "\n".join(disagreements)
+
+
+@pytest.mark.parametrize("style", ["{n:>4} {line}", "{n}: {line}", "{n:>6}\t{line}", "{n} | {line}"])
+def test_a_paste_with_its_viewers_line_numbers_reads_as_without(style):
+    """Numbered pastes (a pastebin's view, `cat -n`): every dev log of 3 lines or more, numbered, triages the same."""
+    changed = []
+    for e in ENTRIES:
+        if e["split"] != "dev":
+            continue
+        text = (CORPUS / e["file"]).read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        if len(lines) < 3:
+            continue
+        numbered = "\n".join(style.format(n=n, line=line) for n, line in enumerate(lines, 1))
+        plain, pasted = (triage_stream("-", io.BytesIO(t.encode())) for t in (text, numbered))
+        got = [(r["first_oom"] or {}).get("stage") for r in (plain, pasted)]
+        if got[0] != got[1] or plain["oom_by_stage"] != pasted["oom_by_stage"]:
+            changed.append(f"{e['file']}: {got[0]} -> {got[1]}")
+    assert not changed, "\n".join(changed)
+
+
+def test_numbers_that_do_not_count_up_are_the_lines_own():
+    lines = ["3 GPUs found", "INFO 01-01 00:00:00 [core.py:1] 12 requests", "7 workers", "8 tasks"]
+    got = list(unnumbered(LogLine(i, t) for i, t in enumerate(lines, 1)))
+    assert [g.text for g in got] == lines
+    got = list(unnumbered(LogLine(i, f"{i + 40}  {t}") for i, t in enumerate(lines, 1)))
+    assert [g.text for g in got] == lines
 
 
 def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):
