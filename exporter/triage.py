@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import itertools
-import re
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from exporter.advice import STAGE_LABELS, next_move
-from exporter.logs.formats import LogLine, read_lines
+from exporter.logs.formats import read_lines
+from exporter.logs.pastes import unpasted
 from exporter.logs.stages import LogAnalyzer
 
 STARTUP_KEYS = (
@@ -50,31 +48,11 @@ def triage_stream(name: str, stream: BinaryIO, fmt: str = "auto") -> dict[str, A
     detected, lines = read_lines(stream, fmt)
     analyzer = LogAnalyzer()
     truncated = 0
-    for line in unnumbered(lines):
+    for line in unpasted(lines):
         truncated += line.truncated
         analyzer.feed(line)
     analyzer.flush()
     return build_report(name, detected, analyzer, truncated)
-
-
-# A paste copied with its viewer's line numbers (`  12 | text`, `12: text`, `12  text`, `cat -n`'s `    12\ttext`).
-_NUMBER = re.compile(r"[ \t]{0,6}(\d{1,6})(?:[ \t]*[|:][ \t]?|[ \t]+|$)")
-NUMBERED_SNIFF = 8
-
-
-def unnumbered(lines: Iterable[LogLine]) -> Iterator[LogLine]:
-    """The lines without the numbers a paste's viewer put in front of every one of them. Numbered only when the
-    first lines count up one by one (a log's own lines never do), so a number in a message is never taken; the
-    record parser peels a lone number only before a line start it knows."""
-    it = iter(lines)
-    head = list(itertools.islice(it, NUMBERED_SNIFF))
-    found = [_NUMBER.match(line.text) for line in head]
-    numbers = [int(m.group(1)) if m else -1 for m in found]
-    numbered = len(head) >= 3 and numbers[0] >= 0 and numbers == list(range(numbers[0], numbers[0] + len(head)))
-    for line in itertools.chain(head, it):
-        if numbered and (m := _NUMBER.match(line.text)) is not None:
-            line = LogLine(line.number, line.text[m.end() :], line.time, line.truncated)
-        yield line
 
 
 def _open_log(name: str, raw: BinaryIO) -> BinaryIO:

@@ -19,9 +19,8 @@ import shutil
 import pytest
 
 from exporter.config import LogSource
-from exporter.logs.formats import LogLine
 from exporter.logs.tailer import LogTailer
-from exporter.triage import triage_path, triage_stream, unnumbered
+from exporter.triage import triage_path, triage_stream
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
@@ -91,12 +90,24 @@ def test_a_paste_with_its_viewers_line_numbers_reads_as_without(style):
     assert not changed, "\n".join(changed)
 
 
-def test_numbers_that_do_not_count_up_are_the_lines_own():
-    lines = ["3 GPUs found", "INFO 01-01 00:00:00 [core.py:1] 12 requests", "7 workers", "8 tasks"]
-    got = list(unnumbered(LogLine(i, t) for i, t in enumerate(lines, 1)))
-    assert [g.text for g in got] == lines
-    got = list(unnumbered(LogLine(i, f"{i + 40}  {t}") for i, t in enumerate(lines, 1)))
-    assert [g.text for g in got] == lines
+@pytest.mark.parametrize("width", [80, 120, 160, 200])
+def test_a_paste_a_terminal_hard_wrapped_reads_as_unwrapped(width):
+    """Copied out of a terminal, every line longer than the window is cut into window-wide pieces. Every dev log with
+    at least two lines to cut triages the same cut (with one, a wrap cannot be told from a long line: left as is)."""
+    changed, tried = [], 0
+    for e in ENTRIES:
+        if e["split"] != "dev":
+            continue
+        lines = (CORPUS / e["file"]).read_text(encoding="utf-8", errors="replace").split("\n")
+        if sum(len(line) > width for line in lines) < 2:
+            continue
+        tried += 1
+        cut = [line[i : i + width] for line in lines for i in range(0, max(len(line), 1), width)]
+        plain, pasted = (triage_stream("-", io.BytesIO("\n".join(t).encode())) for t in (lines, cut))
+        got = [(r["first_oom"] or {}).get("stage") for r in (plain, pasted)]
+        if got[0] != got[1] or plain["oom_by_stage"] != pasted["oom_by_stage"]:
+            changed.append(f"{e['file']}: {got[0]} -> {got[1]}")
+    assert tried >= 20 and not changed, "\n".join(changed)
 
 
 def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):

@@ -1,0 +1,61 @@
+"""What a paste adds (a viewer's line numbers, a terminal's hard wraps) is taken off; a log's own lines are not."""
+
+from __future__ import annotations
+
+from exporter.logs.formats import LogLine
+from exporter.logs.pastes import find_wrap, unnumbered, unpasted
+
+PREFIX = "(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] "
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.19 GiB of which 1.06 GiB is free."
+)
+
+
+def lines(texts: list[str]) -> list[LogLine]:
+    return [LogLine(i, t) for i, t in enumerate(texts, 1)]
+
+
+def texts(got: object) -> list[str]:
+    return [line.text for line in got]  # type: ignore[attr-defined]
+
+
+def test_numbers_that_do_not_count_up_are_the_lines_own():
+    own = ["3 GPUs found", "INFO 01-01 00:00:00 [core.py:1] 12 requests", "7 workers", "8 tasks"]
+    assert texts(unnumbered(lines(own))) == own
+    assert texts(unnumbered(lines([f"{i + 40}  {t}" for i, t in enumerate(own)]))) == own
+
+
+def test_a_wrapped_traceback_is_joined_and_its_line_numbers_kept():
+    log = [
+        PREFIX + "Traceback (most recent call last):",
+        PREFIX + '  File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_model_runner.py", line 9, in profile_run',
+        PREFIX + "    self._dummy_run(self.max_num_tokens)",
+        PREFIX + OOM,
+        "INFO 01-01 00:00:01 [launcher.py:2] Shutting down",
+    ]
+    width = 90
+    cut = [line[i : i + width] for line in log for i in range(0, len(line), width)]
+    got = list(unpasted(lines(cut)))
+    assert texts(got) == log
+    starts = [i + 1 for i, piece in enumerate(cut) if piece.startswith(("(", "INFO"))]
+    assert [line.number for line in got] == starts
+
+
+def test_lines_of_one_template_are_as_wide_as_each_other_but_not_wrapped():
+    """Repeated lines whose numbers have as many digits are exactly as wide; each next line begins like the rest."""
+    bar = "[AutoTuner]: Tuning fp8_gemm:  86%|████ | 18/21 [00:00<00:00, 22.{:02d}profile/s] falling back to default"
+    log = [bar.format(i) if i % 2 else "[AutoTuner]: Tuning fp8_gemm: 100%|█████| 21/21" for i in range(8)]
+    assert find_wrap(log) is None
+    assert texts(unpasted(lines(log))) == log
+
+
+def test_one_line_repeated_word_for_word_is_not_a_wrap():
+    log = [PREFIX + OOM, "tail of something", PREFIX + OOM, "tail of something"]
+    assert find_wrap(log) is None
+
+
+def test_a_long_line_followed_by_its_indented_code_is_not_joined():
+    frame = '  File "/usr/lib/python3/site-packages/vllm/model_executor/model_loader/default_loader.py", line 1, in f'
+    log = [frame, "    load()", frame.replace("in f", "in g"), "    go()", "RuntimeError: boom"]
+    assert texts(unpasted(lines(log))) == log
