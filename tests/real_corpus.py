@@ -2,9 +2,8 @@
 
 `tests/fixtures/real/labels.yaml` lists every excerpt with the stage and phase its evidence shows, whether
 the engine was ready before the failure, the source thread and why. Each excerpt belongs to one split:
-`dev` (what the analyzer was tuned on) or `heldout` (scored only at the end, never tuned on). Every excerpt
-is `dev` today: the first held-out set was scored once and then tuned on; a new one is scored as `heldout`
-when its entries are added.
+`dev` (what the analyzer was tuned on) or `heldout` (scored only at the end, never tuned on). Each held-out
+set is scored once, when its entries are added; tuning on it afterwards makes it dev.
 
     python -m tests.real_corpus            # both splits, with the misses of the dev split
     python -m tests.real_corpus --split heldout --quiet
