@@ -18,7 +18,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from exporter.logs.formats import LogLine
-from exporter.logs.patterns import TRACEBACK_START
 from exporter.logs.records import parse_record
 
 _NUMBER = re.compile(r"[ \t]{0,6}(\d{1,6})(?:[ \t]*[|:][ \t]?|[ \t]+|$)")
@@ -43,18 +42,24 @@ def unnumbered(lines: Iterable[LogLine]) -> Iterator[LogLine]:
         yield line
 
 
+# How a line of its own begins, from its first character (a piece cut inside a process tag, `ank=0 pid=7) ERROR`,
+# does not): a process or rank tag, vLLM's or uvicorn's level, a traceback's start, a timestamp (kubectl, docker,
+# journald), docker compose's service column.
+_LINE_HEAD = re.compile(
+    r"\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?: \d\d-\d\d |:\s)"
+    r"|Traceback \(most recent call last\)|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "
+    r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "
+)
 START_CHARS = 10  # how much of a line's beginning is compared with how the log's other lines begin
 
 
 def _starts_a_line(text: str, starts: frozenset[str] = frozenset()) -> bool:
-    """A piece that surely begins a line of its own: vLLM's prefix (a level, a process tag), a wrapper the record
-    parser knows, a traceback's start, an indentation (a frame, its source line), the way this log's other lines
-    begin, or nothing at all. Not one space or an exception's name: a wrap falls before a space or inside
+    """A piece that surely begins a line of its own: a line head (above), an indentation (a frame, its source line),
+    the way this log's other lines begin, or nothing at all. Not one space or an exception's name: a wrap falls before a space or inside
     `torch.OutOfMemoryError` as often as anywhere, and a line exactly as wide as the window is rare."""
     if not text.strip() or text.startswith(("  ", "\t")) or text[:START_CHARS] in starts:
         return True
-    rec = parse_record(text)
-    return rec.wrapped or rec.vllm_shaped or rec.message.startswith(TRACEBACK_START)
+    return _LINE_HEAD.match(text) is not None
 
 
 @dataclass(frozen=True)
