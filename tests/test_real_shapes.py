@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from exporter.logs.formats import LogLine
-from exporter.logs.stages import LogAnalyzer
+from exporter.logs.stages import UNDECIDED_STAGE, LogAnalyzer
 from exporter.triage import triage_stream
 
 OOM = (
@@ -253,11 +253,10 @@ def test_a_failure_logged_above_its_traceback_takes_the_traceback_stage():
     assert a.first_oom is None and a.pending is not None  # not counted before anything decides ...
     a.flush()  # ... and counted when the log goes quiet
     assert a.first_oom.stage == "graph_capture" and sum(a.oom_counts.values()) == 1
-    # nothing decides: the stage said honestly, with low confidence; a memory failure that shows no sign of
-    # serving at all is, in what users paste, a startup that failed (serving leaves stats, access or request lines)
+    # nothing decides: the prior, said with low confidence and "none" for what decided it
     a = feed([message])
     a.flush()
-    assert (a.first_oom.stage, a.first_oom.confidence) == ("loading_unknown", "low")
+    assert (a.first_oom.stage, a.first_oom.stage_evidence, a.first_oom.confidence) == (UNDECIDED_STAGE, "none", "low")
 
 
 def test_the_engine_being_constructed_is_startup_even_when_the_frame_below_is_cut():
@@ -297,7 +296,7 @@ def test_v0_engine_loop_words_mean_the_engine_was_serving():
     for other in (repr_line.replace("engine.py:135", "worker.py:135"), repr_line.replace("OutOfMemoryError('", "")):
         a = feed([other])
         a.flush()
-        assert a.first_oom.stage == "loading_unknown"
+        assert (a.first_oom.stage, a.first_oom.stage_evidence) == (UNDECIDED_STAGE, "none")
 
 
 def test_an_error_answer_to_a_request_means_the_engine_was_serving():
@@ -604,9 +603,9 @@ def test_a_progress_bar_after_an_undecided_failure_says_generation_was_under_way
     a = feed([*frames, bar])
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "serving")
-    a = feed(frames)  # without the bar nothing says serving: startup is the default
+    a = feed(frames)  # without the bar nothing says serving: the prior
     a.flush()
-    assert a.first_oom.stage == "loading_unknown"
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == (UNDECIDED_STAGE, "none")
     # a bar does not overrule what the frames said
     a = feed([*traceback(PROFILE), bar])
     a.flush()
@@ -864,7 +863,7 @@ def test_words_that_only_a_serving_engine_logs_place_a_bare_failure_at_runtime()
         "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly.",
     ):
         assert decided([OOM, after]) == ("runtime_unknown", "message"), after
-    assert decided([OOM]) == ("loading_unknown", "none")  # without them: the prior
+    assert decided([OOM]) == (UNDECIDED_STAGE, "none")  # without them: the prior
     callback = '  File "/workspace/vllm/engine/async_llm_engine.py", line 29, in _raise_exception_on_finish'
     assert decided(["Traceback (most recent call last):", callback, OOM]) == ("runtime_unknown", "frame")
     # the step the traceback above named still says which one: the gated-delta-net chunk kernel runs prefill tokens
@@ -896,11 +895,11 @@ def test_what_pytorch_says_was_allocated_places_a_bare_failure():
     moving = traceback([("torch/nn/modules/module.py", "_apply"), ("torch/nn/modules/module.py", "convert")])
     xpu = "RuntimeError: XPU out of memory. Tried to allocate 1.02 GiB (GPU 0; 15.56 GiB total capacity; 0 bytes already allocated)"
     assert decided([*moving[:-1], xpu]) == ("weight_loading", "message")
-    assert decided([*moving[:-1], xpu.replace("0 bytes already", "3.20 GiB already")])[0] == "loading_unknown"
+    assert decided([*moving[:-1], xpu.replace("0 bytes already", "3.20 GiB already")]) == (UNDECIDED_STAGE, "none")
     pools = (
         OOM + " Of the allocated memory 181.80 GiB is allocated by PyTorch, with 71.20 GiB allocated in private pools"
     )
-    assert decided([pools]) == ("loading_unknown", "none")
+    assert decided([pools]) == (UNDECIDED_STAGE, "none")
 
 
 def test_vllm_ascend_request_step_and_chunked_prefill_mask():
@@ -946,7 +945,7 @@ def test_a_scrape_does_not_make_a_startup_the_log_shows_ready():
     a = feed([OOM])  # undecided: a scrape now says nothing of it
     a.note_serving()
     a.flush()
-    assert a.first_oom.stage == "loading_unknown"
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == (UNDECIDED_STAGE, "none")
 
 
 def test_vllms_own_load_failure_message_names_weight_loading():
@@ -994,3 +993,39 @@ def test_v0_sizing_the_cache_at_zero_blocks_is_the_kv_cache_failure():
     assert a.counts["oom"] == 1
     healthy = lines[1].replace("blocks: 0,", "blocks: 2715,")
     assert decided([healthy]) == (None, None)
+
+
+def test_v1s_engine_dead_error_means_the_engine_had_been_built():
+    """vllm/v1/engine/core_client.py raises EngineDeadError only once `engine_dead` is set: by the liveness monitor it
+    starts after the engines' startup handshake, or by run_engine_core's "encountered a fatal error" branch; a core
+    that never started says "Engine core initialization failed" instead."""
+    dead = "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above)."
+    assert decided([OOM, dead]) == ("runtime_unknown", "message")
+    never = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    assert decided([OOM, never]) == ("loading_unknown", "message")
+    assert decided([OOM, "MyEngineDeadErrors are fine"]) == (UNDECIDED_STAGE, "none")
+
+
+def test_a_users_script_calling_the_offline_engine_places_the_failure_while_generating():
+    """`outputs = llm.generate(prompts, sampling_params)` (vllm/entrypoints/llm.py's API as its docs name it) runs
+    requests on a built engine; transformers' `model.generate(` says nothing about vLLM."""
+    user = [
+        "Traceback (most recent call last):",
+        '  File "/work/run.py", line 70, in main',
+        "    outputs = llm.generate(prompts, sampling_params)",
+        "RuntimeError: boom",
+    ]
+    assert decided([OOM, *user]) == ("runtime_unknown", "frame")
+    hf = [line.replace("llm.generate", "model.generate") for line in user]
+    assert decided([OOM, *hf]) == (UNDECIDED_STAGE, "none")
+
+
+def test_the_launch_command_above_a_bare_failure_says_startup():
+    """A paste that shows the command that launched the server and then the failure shows a startup."""
+    for command in (
+        "CUDA_VISIBLE_DEVICES=0,1 python3 -m vllm.entrypoints.openai.api_server --model /m --port 8089",
+        "$ vllm serve Qwen/Qwen3-8B --max-model-len 32768",
+        "sudo docker run -it --device=/dev/kfd -p 8000:8000 vllm/vllm-openai vllm serve /model",
+    ):
+        assert decided([command, OOM]) == ("loading_unknown", "marker"), command
+    assert decided(["the vllm server crashed", OOM]) == (UNDECIDED_STAGE, "none")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from exporter.config import LogSource
+from exporter.logs.stages import UNDECIDED_STAGE
 from exporter.logs.tailer import LogTailer
 from exporter.simulate.logs import API, APP_READY, log_line, stats_message
 
@@ -456,8 +457,11 @@ def test_a_scrape_that_found_the_server_serving_counts_only_once_every_line_is_r
         t.poll()
         t.poll()  # quiet: an undecided failure is counted now
         ((stage, _phase),) = t.analyzer.oom_counts
-        return stage
+        return stage, t.analyzer.first_oom.stage_evidence
 
-    assert stage_after(False) == "loading_unknown"
-    assert stage_after(True) == "runtime_unknown"
-    assert stage_after(True, unread=(START,)) == "loading_unknown"  # a restart not read yet: the scrape is not its
+    assert stage_after(False) == (UNDECIDED_STAGE, "none")
+    assert stage_after(True) == ("runtime_unknown", "readiness")
+    assert stage_after(True, unread=(START,)) == (
+        "loading_unknown",
+        "marker",
+    )  # a restart not read yet: the scrape is not its

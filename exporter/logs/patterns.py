@@ -52,6 +52,9 @@ def phase_of(stage: str) -> str:
 # (pattern, what it marks). "server_start" opens a new startup; the rest move the stage machine.
 MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"vLLM API server version"), "server_start"),
+    # the command that launched the server, as a paste shows it above the log (`vllm serve`, `python -m
+    # vllm.entrypoints.openai.api_server`, the same inside `docker run ...`): a startup begins
+    (re.compile(r"(?:^|[\s$#>])vllm serve\s|-m vllm\.entrypoints\.(?:openai\.)?api_server\b"), "server_start"),
     (re.compile(r"Initializing an? (?:V1 )?LLM engine"), "engine_start"),
     (re.compile(r"^Starting to load model|checkpoint shards:|^Loading weights took"), "weight_loading"),
     (re.compile(r"^Model loading took|^Loading model weights took"), "weights_loaded"),
@@ -80,7 +83,7 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
 ]
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(
-    r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
+    r"vLLM API|vllm serve|vllm\.entrypoints|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
     r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|TT kv caches|GPU blocks|Maximum concurrency"
     r"|apturing|init engine|startup complete|API server|Uvicorn running"
 )
@@ -228,8 +231,14 @@ ENGINE_NEVER_STARTED = re.compile(
 # raising AsyncEngineDeadError) logs "Engine background task failed". uvicorn's shutdown lines ("Waiting for application
 # shutdown.", "Application shutdown complete.") come only from an HTTP server that ran, and vLLM starts it only once
 # the engine is built (vllm/entrypoints/openai/api_server.py: serve_http inside build_async_engine_client).
+# V1's EngineDeadError ("EngineCore encountered an issue. See stack trace (above) for the root cause.",
+# vllm/v1/engine/exceptions.py) is raised by the engine-core client only once `engine_dead` is set
+# (vllm/v1/engine/core_client.py MPClient): by the liveness monitor started at the end of the client's __init__, after
+# the engines' startup handshake, or by ENGINE_CORE_DEAD, which run_engine_core sends only from its "encountered a
+# fatal error" branch; a core that fails to start raises "Engine core initialization failed" instead.
 ENGINE_WAS_RUNNING = re.compile(
-    r"EngineCore encountered a fatal error|AsyncLLM output_handler failed"
+    r"EngineCore encountered a fatal error|AsyncLLM output_handler failed|EngineCore encountered an issue"
+    r"|\bEngineDeadError\b"
     r"|Engine loop is not running|Engine loop has died"
     r"|Engine background task failed|_log_task_completion|_raise_exception_on_finish|AsyncEngineDeadError"
     r"|Waiting for application shutdown|Application shutdown complete"
@@ -529,6 +538,10 @@ CAPTURE_CODE = re.compile(r"\btorch\.cuda\.graph\(|\bwith graph_capture\(")
 # The call a source line makes (`engine_core.run_busy_loop()`, `self.model_runner.capture_model()`): the frame the
 # excerpt may have cut off below it.
 CODE_CALL = re.compile(r"\b(?P<func>[A-Za-z_]\w{3,60})\(")
+# A user's script calling the offline engine (`outputs = llm.generate(prompts, sampling_params)`, as vLLM's docs and
+# examples name it; vllm/entrypoints/llm.py): those calls run requests on a built engine. `model.generate(` is
+# transformers', not read.
+OFFLINE_CALL = re.compile(r"\b\w*(?:llm|LLM)\w*\.(?:generate|chat|encode|embed|classify|score|beam_search)\(")
 RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
 # FlashInfer's wrappers live in files of their own per step.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
