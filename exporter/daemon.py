@@ -24,6 +24,7 @@ from exporter.gpu.base import GpuUnavailable
 from exporter.gpu.choose import open_backend
 from exporter.gpu.sampler import GpuSampler
 from exporter.httpguard import ConnectionGuard, serve
+from exporter.logs.stages import UNDECIDED_STAGE
 from exporter.logs.tailer import LogTailer
 from exporter.metrics import HeadroomCollector
 from exporter.state import ServerState
@@ -84,8 +85,17 @@ class Daemon:
         for sc in wanted:
             if sc.name in self.servers:
                 continue
+            # A server scraped as well tells its log's analyzer when it serves (note_serving, after a good scrape), so
+            # a failure nothing places in a run no scrape found serving is one of a startup; for a log alone, the
+            # prior that pasted logs bear out (stages.UNDECIDED_STAGE).
             tailer = (
-                LogTailer(sc.name, sc.log, self.cfg.state_dir, save_every_s=self.cfg.state_save_interval_s)
+                LogTailer(
+                    sc.name,
+                    sc.log,
+                    self.cfg.state_dir,
+                    save_every_s=self.cfg.state_save_interval_s,
+                    undecided_stage="loading_unknown" if sc.url else UNDECIDED_STAGE,
+                )
                 if sc.log
                 else None
             )

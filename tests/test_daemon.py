@@ -13,6 +13,7 @@ from exporter.daemon import Daemon
 from exporter.exposition_parser import parse
 from exporter.gpu.fake import FakeGpuBackend
 from exporter.gpu.sampler import GpuSampler
+from exporter.logs.stages import UNDECIDED_STAGE
 from exporter.server import build_app
 from exporter.simulate.logs import API, log_line
 from exporter.simulate.server import VllmStandIn, start
@@ -364,3 +365,23 @@ def test_a_scrape_that_finds_the_server_serving_places_a_bare_failure_at_runtime
             assert values(text, "vllm_headroom_oom_events_total", server="prefill-0", stage="runtime_unknown") == [1]
 
     asyncio.run(main())
+
+
+def test_a_scraped_servers_log_takes_startup_as_the_prior_a_log_alone_the_pastes_one(tmp_path):
+    """A scraped server's analyzer hears when it serves (note_serving), so a failure nothing places in a run no scrape
+    found serving is a startup's; a log with no scrape keeps triage's prior."""
+    log = tmp_path / "v.log"
+    log.write_text("")
+    cfg = parse_config(
+        {
+            "servers": [
+                {"name": "scraped", "url": "http://127.0.0.1:9/metrics", "log": str(log)},
+                {"name": "alone", "url": None, "log": str(log)},
+            ],
+            "gpu": {"backend": "none"},
+        },
+        "test",
+    )
+    daemon = Daemon(cfg)
+    priors = {name: s.tailer.analyzer.undecided_stage for name, s in daemon.servers.items() if s.tailer}
+    assert priors == {"scraped": "loading_unknown", "alone": UNDECIDED_STAGE}

@@ -59,3 +59,23 @@ def test_a_long_line_followed_by_its_indented_code_is_not_joined():
     frame = '  File "/usr/lib/python3/site-packages/vllm/model_executor/model_loader/default_loader.py", line 1, in f'
     log = [frame, "    load()", frame.replace("in f", "in g"), "    go()", "RuntimeError: boom"]
     assert texts(unpasted(lines(log))) == log
+
+
+def test_a_fixed_width_table_is_not_a_wrapped_paste():
+    """nvidia-smi's rows are all as wide; a traceback line as wide as them must not swallow the exception below."""
+    smi = """+-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA A100-SXM4-80GB          On  |   00000000:07:00.0 Off |                    0 |
+| N/A   34C    P0             62W /  400W |   78211MiB /  81920MiB |      0%      Default |
+|                                         |                        |             Disabled |
++-----------------------------------------+------------------------+----------------------+"""
+    code = "    hidden_states = model_executable(input_ids=input_ids, positions=positions, kv_caches=kv"
+    assert {len(line) for line in smi.split("\n")} == {len(code)}
+    log = [*smi.split("\n"), "Traceback (most recent call last):", code, "RuntimeError: CUDA error: out of memory"]
+    assert find_wrap(log) is None
+    assert texts(unpasted(lines(log))) == log

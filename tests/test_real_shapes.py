@@ -1029,3 +1029,69 @@ def test_the_launch_command_above_a_bare_failure_says_startup():
     ):
         assert decided([command, OOM]) == ("loading_unknown", "marker"), command
     assert decided(["the vllm server crashed", OOM]) == (UNDECIDED_STAGE, "none")
+
+
+def test_a_running_servers_own_lines_quoting_the_launch_command_start_nothing():
+    """With --enable-log-outputs vLLM logs each answer (vllm/entrypoints/logger.py: "Generated response %s%s: output:
+    %r"): a model's words, like a prompt's, are never read; and the launch command is read only on a line without
+    vLLM's prefix (a typed command has none)."""
+    ready = "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] Application startup complete."
+    answer = (
+        "(APIServer pid=1) INFO 01-01 00:00:05 [logger.py:71] Generated response chatcmpl-8f1: output: 'To start it, "
+        "run vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192', finish_reason: stop"
+    )
+    hint = "(APIServer pid=1) WARNING 01-01 00:00:06 [api_server.py:9] try python -m vllm.entrypoints.openai.api_server"
+    a = feed([ready, answer, hint, OOM])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence, len(a.epochs)) == ("runtime_unknown", "readiness", 1)
+    oom_answer = answer.replace("To start it", "CUDA out of memory. Tried to allocate 2.00 GiB")
+    a = feed([ready, oom_answer])
+    a.flush()
+    assert a.counts["oom"] == 0
+
+
+def test_the_words_above_a_traceback_say_whether_the_engine_had_started():
+    """run_engine_core's `logger.exception` writes "EngineCore failed to start." (or "encountered a fatal error.")
+    above the traceback: it places a failure in it whose frames do not, before anything follows (the daemon counts
+    an undecided failure at the first quiet poll)."""
+    core = "(EngineCore_0 pid=3001) ERROR 12-03 10:00:41 [core.py:718] "
+    body = [core + line for line in traceback([("torch/nn/modules/module.py", "_call_impl")])]
+    a = feed([core + "EngineCore failed to start.", *body])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
+    a = feed([core + "EngineCore encountered a fatal error.", *body])
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    a = feed(body)
+    a.flush()
+    assert a.first_oom.stage_evidence == "none"
+
+
+def test_nccls_trace_of_a_communicator_setup_places_its_memory_failure_at_startup():
+    """NCCL_DEBUG=INFO: `NCCL INFO init.cc:N -> 1` traces a failure out of a communicator's setup, which vLLM does
+    while the engine starts (init_device)."""
+    warn = "node1:2213:2293 [2] include/alloc.h:112 NCCL WARN Cuda failure 2 'out of memory'"
+    assert decided([warn, "node1:2213:2293 [2] NCCL INFO init.cc:1234 -> 1"]) == ("loading_unknown", "message")
+    assert decided([warn, "node1:2213:2293 [2] NCCL INFO enqueue.cc:99 -> 1"]) == (UNDECIDED_STAGE, "none")
+
+
+def test_tenstorrents_l1_buffer_is_not_device_memory():
+    """An L1 buffer is the Tensix cores' own SRAM: a kernel's configuration, not the device's DRAM headroom."""
+    l1 = "Out of Memory: Not enough space to allocate 6400 B L1_SMALL buffer across 25 banks, where each bank needs"
+    assert decided([l1]) == (None, None)
+    assert decided([l1.replace("6400 B L1_SMALL", "71999488 B DRAM")])[0] is not None
+
+
+def test_a_scraped_servers_log_says_startup_when_nothing_places_a_failure():
+    """The daemon tells a scraped server's analyzer when it serves (note_serving); with no such word, a failure
+    nothing places is a startup's (the prior of a log alone stays the pastes' one)."""
+    a = LogAnalyzer(undecided_stage="loading_unknown")
+    for i, text in enumerate([OOM], 1):
+        a.feed(LogLine(i, text))
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "none")
+    a = LogAnalyzer(undecided_stage="loading_unknown")
+    a.note_serving()
+    a.feed(LogLine(1, OOM))
+    a.flush()
+    assert (a.first_oom.stage, a.first_oom.phase) == ("runtime_unknown", "runtime")

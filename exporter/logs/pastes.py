@@ -50,6 +50,8 @@ _LINE_HEAD = re.compile(
     r"|Traceback \(most recent call last\)|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "
     r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "
 )
+# A row of a fixed-width table (nvidia-smi's, a pasted report's): as wide as its neighbours by design, never a wrap.
+_TABLE_ROW = re.compile(r"[ \t]*(?:\||\+[-=+])")
 START_CHARS = 10  # how much of a line's beginning is compared with how the log's other lines begin
 
 
@@ -72,7 +74,7 @@ class Wrap:
     def holds(self, text: str) -> bool:
         """As wide as the window, or a whole number of windows: it may go on in the next piece."""
         n = len(text)
-        return n >= self.width - 1 and n % self.width in (0, self.width - 1)
+        return n >= self.width - 1 and n % self.width in (0, self.width - 1) and not _TABLE_ROW.match(text)
 
 
 def find_wrap(texts: list[str]) -> Wrap | None:
@@ -81,7 +83,7 @@ def find_wrap(texts: list[str]) -> Wrap | None:
     on in a piece that starts no line: not the way the paste's other lines begin (lines of one template are as wide
     as each other, and each begins like the rest)."""
     # a progress bar's redraws joined by carriage returns are one long line however wide the window was
-    lengths = [-1 if "\r" in t else len(t) for t in texts]
+    lengths = [-1 if "\r" in t or _TABLE_ROW.match(t) else len(t) for t in texts]
     width = max(lengths, default=0)
     if width < MIN_WRAP_WIDTH or Counter(lengths)[width] < 2:
         return None

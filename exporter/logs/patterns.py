@@ -52,9 +52,6 @@ def phase_of(stage: str) -> str:
 # (pattern, what it marks). "server_start" opens a new startup; the rest move the stage machine.
 MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"vLLM API server version"), "server_start"),
-    # the command that launched the server, as a paste shows it above the log (`vllm serve`, `python -m
-    # vllm.entrypoints.openai.api_server`, the same inside `docker run ...`): a startup begins
-    (re.compile(r"(?:^|[\s$#>])vllm serve\s|-m vllm\.entrypoints\.(?:openai\.)?api_server\b"), "server_start"),
     (re.compile(r"Initializing an? (?:V1 )?LLM engine"), "engine_start"),
     (re.compile(r"^Starting to load model|checkpoint shards:|^Loading weights took"), "weight_loading"),
     (re.compile(r"^Model loading took|^Loading model weights took"), "weights_loaded"),
@@ -81,9 +78,14 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^init engine \(profile, create kv cache, warmup model\) took"), "engine_initialized"),
     (re.compile(r"^Application startup complete|^Starting vLLM API server|^Uvicorn running on"), "ready"),
 ]
+# The command that launched the server, as a paste shows it above the log (`vllm serve`, `python -m
+# vllm.entrypoints.openai.api_server`, the same inside `docker run ...`): a startup begins. Read only on a line without
+# vLLM's prefix (a typed command has none; a running server's own lines may quote the command: model outputs with
+# --enable-log-outputs, hints).
+LAUNCH_COMMAND = re.compile(r"(?:^|[\s$#>])vllm serve\s|-m vllm\.entrypoints\.(?:openai\.)?api_server\b")
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(
-    r"vLLM API|vllm serve|vllm\.entrypoints|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
+    r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
     r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|TT kv caches|GPU blocks|Maximum concurrency"
     r"|apturing|init engine|startup complete|API server|Uvicorn running"
 )
@@ -157,8 +159,9 @@ OOM_SIGNATURE = re.compile(
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
     r"|Cuda failure (?:\d+ )?'out of memory'"
     # Tenstorrent's allocator (tt-metal tt_metal/impl/allocator/bank_manager.cpp): "Out of Memory: Not enough space to
-    # allocate {} B {} buffer across {} banks" (DRAM, L1), raised through TT_FATAL/TT_THROW by its vLLM backend
-    r"|Out of Memory: Not enough space to allocate \d+ B \w+ buffer)"
+    # allocate {} B {} buffer across {} banks", raised through TT_FATAL/TT_THROW by its vLLM backend: the device's DRAM
+    # (an L1 buffer is the cores' own SRAM, a kernel's configuration rather than memory headroom)
+    r"|Out of Memory: Not enough space to allocate \d+ B DRAM buffer)"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
@@ -203,7 +206,7 @@ MESSAGE_STAGES: list[tuple[re.Pattern[str], str]] = [
 ]
 # Text that carries what users sent: a failure phrase after one of these is a quote, not a failure.
 USER_TEXT = re.compile(
-    r"Received request|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
+    r"Received request|Generated response|Added request|prompt|SchedulerOutput\(|NewRequestData\(|SamplingParams"
     r"|[\"']content[\"']|[\"']messages[\"']|[\"']input[\"']|[\"']text[\"']|HTTP/[\d.]+\""
 )
 # vLLM catches some memory errors and goes on (an autotuner skipping a configuration, a fallback):
@@ -218,10 +221,15 @@ FOREIGN_LEVEL = re.compile(r"(?:^|\s)- (DEBUG|INFO|WARNING) - ")
 # vllm/v1/engine/core.py run_engine_core: "EngineCore failed to start." while the engine core is being built (and
 # utils' "Engine core initialization failed"; V0's API server: "Engine process failed to start. See stack trace for
 # the root cause.", vllm/entrypoints/openai/api_server.py), "EngineCore encountered a fatal error." once it ran.
+# NCCL's own trace of a failure inside a communicator's setup (`NCCL INFO init.cc:1234 -> 1`, ncclCommInitRank): vLLM
+# builds its communicators while the engine starts (init_device, pynccl).
 ENGINE_NEVER_STARTED = re.compile(
     r"EngineCore failed to start|Engine core initialization failed"
-    r"|Engine process failed to start"
+    r"|Engine process failed to start|NCCL INFO .{0,80}?\binit\.cc:\d+ -> \d|ncclCommInitRank\w* failed"
 )
+# The words `logger.exception` writes above the traceback of the failure it reports (vllm/v1/engine/core.py
+# run_engine_core): which of them stands above a failure nothing else placed says whether the engine had started.
+ENGINE_HEADER = re.compile(r"EngineCore (?P<never>failed to start)|EngineCore encountered a fatal error")
 # The API server's V1 output handler (vllm/v1/engine/async_llm.py `output_handler`, "AsyncLLM output_handler failed.")
 # runs only once AsyncLLM's engine-core client is built, i.e. after the engine core reported its startup done.
 # V0's multiprocessing client (vllm/engine/multiprocessing/client.py): "Engine loop is not running. Inspect the

@@ -46,13 +46,15 @@ TRIGGER_PATTERNS = (
     P.CAPTURE_CODE,
     P.RPC_CODE,
     P.OFFLINE_CALL,
+    P.ENGINE_HEADER,
+    P.LAUNCH_COMMAND,
     P.SCHEDULER_DUMP,
 )
 TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS, *P.ENGINE_CONSTRUCTORS)
 # What else counts while a traceback's frames are open: the exception line that closes them.
 OPEN_FRAME_PATTERNS = (_EXCEPTION_LINE,)
 # Messages `_feed_text` returns on, whatever words they hold, unless they hold TRACEBACK_START: users' prompts.
-QUIET_MESSAGES = ("Received request",)
+QUIET_MESSAGES = ("Received request", "Generated response")
 # Proper starts of every OOM_HINT word: a wrap tail ending in one may join the next line into a failure.
 _OOM_WORDS = alternatives(P.OOM_HINT)
 OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WORDS for i in range(1, len(w))})
@@ -121,8 +123,9 @@ class Epoch:
 class LogAnalyzer:
     """Feed it a server's log lines in order; it returns the events each line adds."""
 
-    def __init__(self, max_events: int = 500) -> None:
+    def __init__(self, max_events: int = 500, undecided_stage: str = UNDECIDED_STAGE) -> None:
         self.max_events = max_events
+        self.undecided_stage = undecided_stage  # the prior for a failure nothing places (a setting, not state)
         self.events: list[Event] = []
         self.counts: Counter[str] = Counter()
         self.oom_counts: Counter[tuple[str, str]] = Counter()
@@ -145,6 +148,7 @@ class LogAnalyzer:
         self._open: dict[str, Event] = {}
         self._saw_runtime = False
         self._cold_tail: str | None = None  # the last `_tail` found unable to complete a wrapped failure
+        self._header: tuple[int, bool] | None = None  # (line, the engine never started) of ENGINE_HEADER's words
 
     @property
     def epoch(self) -> Epoch:
@@ -257,7 +261,7 @@ class LogAnalyzer:
                 return []
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
         # and the periodic stats line.
-        if msg.startswith("Received request"):
+        if msg.startswith(QUIET_MESSAGES):  # a prompt, a model's answer (--enable-log-outputs)
             return []
         if first.isdigit() and "HTTP/" in msg:
             if P.ENGINE_ANSWERED_OK.search(msg):
@@ -276,6 +280,10 @@ class LogAnalyzer:
             self._inline_frames(key, msg)
         if self._pending is not None:
             self._engine_words(msg, rec.source)
+        elif "EngineCore" in msg and (header := P.ENGINE_HEADER.search(msg)) is not None:
+            self._header = (self.lines, header.group("never") is not None)
+        if "vllm" in msg and not rec.vllm_shaped and P.LAUNCH_COMMAND.search(msg):
+            return self._marker(line, line.time or rec.time, "server_start")
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
         if first in "MP":  # shapes read at the message start, cheaper here than in the hints below
@@ -583,7 +591,18 @@ class LogAnalyzer:
             if ep.stage in P.LOADING_STAGES and ep.stage != "loading_unknown":
                 return ep.stage, "marker", "medium"
             return "loading_unknown", "marker", "low"
-        return UNDECIDED_STAGE, "none", "low"  # a prior, not evidence: what follows may still decide (_engine_words)
+        return self._by_header(rec, frames)
+
+    def _by_header(self, rec: Record, frames: list[str]) -> tuple[str, str, str]:
+        """What the engine core wrote above the traceback (ENGINE_HEADER), else the prior: not evidence, and what
+        follows may still decide (_engine_words)."""
+        header = self._header
+        if header is not None and self.lines - header[0] <= RELAY_LINES:
+            if header[1]:
+                return "loading_unknown", "message", "medium"
+            step, _why, conf = self._runtime_step(rec.dp_rank, frames)
+            return step, "message", conf or "medium"
+        return self.undecided_stage, "none", "low"
 
     def _oom(
         self, rec: Record, line: LogLine, when: str | None, hint: str | None, cause: str, msg: str | None = None
@@ -783,6 +802,7 @@ class LogAnalyzer:
         self._last_step.clear()
         self._frames.clear()
         self._kv_negative = None
+        self._header = None
         self._note_stage("loading_unknown", line, when)
 
     def _note_stage(self, stage: str, line: LogLine, when: str | None) -> None:
@@ -919,9 +939,11 @@ class LogAnalyzer:
         }
 
     @classmethod
-    def restore(cls, data: dict[str, Any], max_events: int = 500) -> LogAnalyzer:
+    def restore(
+        cls, data: dict[str, Any], max_events: int = 500, undecided_stage: str = UNDECIDED_STAGE
+    ) -> LogAnalyzer:
         """The inverse of `snapshot`; raises KeyError/TypeError/ValueError on a damaged state."""
-        a = cls(max_events)
+        a = cls(max_events, undecided_stage)
         a.counts = Counter({str(k): int(v) for k, v in data["counts"].items()})
         a.oom_counts = Counter({(str(s), str(p)): int(n) for s, p, n in data["oom_counts"]})
         a.lines = int(data["lines"])
@@ -948,7 +970,7 @@ class LogAnalyzer:
         a._saw_runtime = bool(data["saw_runtime"])
         pending = data.get("pending")
         if pending:
-            stage = pending.get("stage") if pending.get("stage") in P.STAGES else UNDECIDED_STAGE
+            stage = pending.get("stage") if pending.get("stage") in P.STAGES else undecided_stage
             a.pending = Event(
                 int(pending["line"]),
                 pending.get("time"),

@@ -38,7 +38,7 @@ from exporter.logs.scan import (
     quiet_message_ascii,
     scanner,
 )
-from exporter.logs.stages import LogAnalyzer
+from exporter.logs.stages import UNDECIDED_STAGE, LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
 FINGERPRINT_BYTES = 1024
@@ -122,6 +122,7 @@ class LogTailer:
         state_dir: str | None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         save_every_s: float = SAVE_EVERY_S,
+        undecided_stage: str = UNDECIDED_STAGE,
     ):
         self.server = server
         self.pattern = source.path  # a path, or a glob (Kubernetes pod logs): the newest match is followed
@@ -133,7 +134,7 @@ class LogTailer:
         self.save_every_s = save_every_s
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
         self.version = 0  # bumped by every poll: /metrics is rebuilt only when some source's version moved
-        self.analyzer = LogAnalyzer()
+        self.analyzer = LogAnalyzer(undecided_stage=undecided_stage)
         self._scanner: BlockScanner | None = None  # built on the first block big enough to scan
         self.health = TailHealth()
         self._fh: BinaryIO | None = None
@@ -182,7 +183,7 @@ class LogTailer:
             known = {}
             for ident, entry in (data.get("known") or {}).items():
                 known[str(ident)] = _position(entry)
-            analyzer = LogAnalyzer.restore(data["analyzer"])
+            analyzer = LogAnalyzer.restore(data["analyzer"], undecided_stage=self.analyzer.undecided_stage)
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             log.warning(
                 "%s: cannot use state file %s (%s); reading the log from its start", self.server, self.state_path, exc
