@@ -2,14 +2,14 @@
 
 The figures are printed by `make triage-score` (python -m tests.real_corpus). The dev split (what the analyzer
 was tuned on) must meet the issue's bar: phase >= 97 %, stage >= 90 %, no false OOM. The held-out split is scored,
-never tuned on. Six held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
+never tuned on. Seven held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
 excerpts: phase 90.0 %, stage 85.0 %), `ho2-` (33: 90.9 %, 90.9 %), `ho3-` (39: 82.1 %, 74.4 %, 1/23 failures
-missed), `ho4-` (30: 96.7 %, 83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed) and `ho6-` (23: 100.0 %,
-95.7 %, none missed). The held-out split now is `ho7-` (26 excerpts from threads none of the others use, gathered by
-people who never saw the analyzer's tuning, scored once after it ended): phase 80.8 %, stage 80.8 %, 0/11 failures
-missed, 0/15 false OOMs. All seven first scores pooled (214 excerpts): phase 89.3 %, stage 84.6 %. The issue's bar is
-not met on it; its floors below are regression guards at what it measured, not the bar; tuning on it would make it
-dev.
+missed), `ho4-` (30: 96.7 %, 83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed), `ho6-` (23: 100.0 %,
+95.7 %, none missed) and `ho7-` (26: 80.8 %, 80.8 %, none missed). The held-out split now is `ho8-` (22 excerpts from
+threads none of the others use, gathered by people who never saw the analyzer's tuning, scored once after it ended):
+phase 86.4 %, stage 81.8 %, 2/6 failures missed, 0/16 false OOMs. All eight first scores pooled (236 excerpts): phase
+89.0 %, stage 84.3 %. The issue's bar is not met on it; its floors below are regression guards at what it measured,
+not the bar; tuning on it would make it dev.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from exporter.triage import triage_path, triage_stream
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
-BAR = {"dev": (0.97, 0.90), "heldout": (0.80, 0.80)}  # (phase, stage); held out: see the docstring
+BAR = {"dev": (0.97, 0.90), "heldout": (0.86, 0.81)}  # (phase, stage); held out: see the docstring
 
 
 def test_the_corpus_is_large_and_varied_enough_to_mean_something():
