@@ -11,6 +11,7 @@ line, so an OOM is counted the moment its line arrives.
 from __future__ import annotations
 
 import calendar
+import functools
 import html
 import re
 from collections import Counter
@@ -53,6 +54,8 @@ QUIET_MESSAGES = ("Received request",)
 # Proper starts of every OOM_HINT word: a wrap tail ending in one may join the next line into a failure.
 _OOM_WORDS = alternatives(P.OOM_HINT)
 OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WORDS for i in range(1, len(w))})
+# A traceback header alone on its line, which `_feed_text` only opens frames for (no OOM_HINT word in it).
+_BARE_TRACEBACK = None if P.OOM_HINT.search(P.TRACEBACK_START + ":") else P.TRACEBACK_START + ":"
 
 
 @dataclass(slots=True)
@@ -186,6 +189,34 @@ class LogAnalyzer:
     def skip(self, lines: int) -> None:
         """`lines` lines that `quiescent` said change nothing: counted, not read."""
         self.lines += lines
+
+    def quick(self, key: str | None, msg: str) -> bool:
+        """What `_feed_text` does with the message of a record vLLM-shaped or wrapped (process `key`, no `&` entity
+        or `\\r` in the line) while `quiescent()`, for three shapes a failing or busy server repeats: a frame line,
+        a bare traceback header, a stats line; the line is not counted (the block scanner counts it with the lines
+        it skips). False, with nothing done, for any other message: then it is fed."""
+        first = msg[:1]
+        try:
+            if first == " " or first == "\t":
+                if 'File "' not in msg:
+                    return False
+                self._frame_line(key, msg)
+            elif msg == _BARE_TRACEBACK:
+                self._frames_for(key).clear()
+            elif "Avg prompt throughput" in msg and not (
+                (first.isdigit() and "HTTP/" in msg)
+                or msg.startswith(("File ", "Received request"))
+                or P.TRACEBACK_START in msg
+            ):
+                m = P.STATS_LINE.search(msg)
+                if m is None:
+                    return False
+                self._stats(m)
+            else:
+                return False
+        except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
+            self.line_errors += 1  # as `feed` counts it
+        return True
 
     # -- the per-line entry point -----------------------------------------------------------------
 
@@ -995,6 +1026,7 @@ def _named_methods(message: str) -> list[str]:
     return tags
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its arguments; a failing server repeats the same frames
 def _path_tag(path: str, func: str) -> str | None:
     """The tag of a frame whose function name alone says nothing: by where it stands (and what it is called there)."""
     step = next((s for p, s in P.STEP_PATHS if p in path), None)
