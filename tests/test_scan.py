@@ -203,3 +203,49 @@ def test_needed_literals_read_the_parse_tree():
     assert needed_literals(re.compile(r"a|\d+")) is None  # the second branch needs no literal at all
     assert alternatives(re.compile(r"foo|ba(?:r|z)")) == ("bar", "baz", "foo")
     assert alternatives(re.compile(r"foo|ba\w")) is None
+
+
+def test_the_quick_shapes_and_their_look_alikes(tmp_path):
+    """LogAnalyzer.quick reads frame lines, bare traceback headers and stats lines of a quiescent analyzer without
+    the full dispatch: each of them, and lines that only look like them, read the same skipped or fed."""
+    head = "(EngineCore_DP0 pid=7) ERROR 11-20 10:00:09 [core.py:1] "
+    info = "(APIServer pid=1) INFO 11-20 10:00:09 [loggers.py:123] "
+    stats = "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: {} reqs"
+    cases = [
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/worker/gpu_worker.py", line 1, in execute_model',
+            head + "    return self.model_runner.capture_model()",
+            head + "KeyError: 'x'",
+        ],
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1,',
+            head + "in _dummy_run",
+            head + "ValueError: x",
+        ],  # a frame line wrapped before its function
+        [head + "Traceback (most recent call last): CUDA out of memory", head + "RuntimeError: x"],
+        [
+            head + 'Traceback (most recent call last):  File "/x/vllm/worker/model_runner.py", line 3, in '
+            "capture_model",
+            head + "RuntimeError: x",
+        ],
+        [head + '\tFile "/x/vllm/v1/worker/gpu_worker.py", line 1, in load_model', head + "KeyError: 'x'"],
+        [head + '    self.model_runner.profile_run()  # File "x"', head + "KeyError: 'x'"],
+        [
+            info + "Engine 000: " + stats.format(70),
+            info + "Engine 000: " + stats.format(3) + ", GPU KV cache usage: 1.2.3%",
+        ],
+        [info + stats.format(90) + ", GPU KV cache usage: 99.5%, Prefix cache hit rate: 12.0%"],
+        [info + "Received request x: prompt: '" + stats.format(99) + "'", info + "1 " + stats.format(98)],
+        [info + 'File "' + stats.format(97) + '"'],
+        [info + "Traceback (most recent call last) " + stats.format(96)],
+        ['(APIServer pid=1) INFO:     10.0.0.2:5001 - "GET /?' + stats.format(95) + ' HTTP/1.1" 200 OK'],
+        ['  (EngineCore_DP0 pid=7)   File "/x/vllm/v1/worker/gpu_worker.py", line 1, in load_model'],  # indented
+        [info + "Engine 000: Avg prompt throughput: 1.0 tokens/s, Running: 5 reqs"],  # no STATS_LINE match
+    ]
+    for n, case in enumerate(cases):
+        lines = SERVING + [ACCESS, PROMPT, ADDED] * 5 + case + [ACCESS, PROMPT, ADDED] * 5
+        for name, text in (("quick.log", lines), ("quick-cri.log", _cri(lines))):
+            got = _same(_write(tmp_path / name, text))
+            assert got["health"].lines_read == len(lines), n

@@ -140,6 +140,30 @@ def message_start_ascii(raw: bytes) -> int:
     return message_start(raw.decode("ascii"))
 
 
+_HEADS_B: dict[bytes, tuple[int, str | None]] = {}
+
+
+def head_ascii(raw: bytes) -> tuple[int, str | None, bool]:
+    """(message start, process, vLLM-shaped or wrapped) of an ASCII line as `records.parse_record` reads it; vLLM's
+    own prefix matched once per distinct prefix, as in message_start_ascii, the rest by parse_record itself."""
+    k = raw.find(b"] ")
+    if k > 0:
+        key = raw[: k + 2]
+        head = _HEADS_B.get(key)
+        if head is None:
+            if len(_HEADS_B) >= 4096:
+                _HEADS_B.clear()
+            text = key.decode("ascii")
+            m = _VLLM_PREFIX.match(text)
+            head = _HEADS_B[key] = (
+                (k + 2, parse_record(text).process) if m is not None and m.end() == k + 2 else (-1, None)
+            )
+        if head[0] == k + 2 and not raw.startswith((b"[rank", b"("), k + 2):
+            return k + 2, head[1], True
+    rec = parse_record(raw.decode("ascii"))
+    return len(raw) - len(rec.message), rec.process, rec.vllm_shaped or rec.wrapped
+
+
 _QUIET_B = tuple(w.encode("ascii") for w in stages.QUIET_MESSAGES)
 _TRACEBACK_B = P.TRACEBACK_START.encode("ascii")
 

@@ -34,7 +34,7 @@ from exporter.logs.formats import (
 )
 from exporter.logs.scan import (
     BlockScanner,
-    message_start_ascii,
+    head_ascii,
     quiet_message_ascii,
     scanner,
 )
@@ -667,8 +667,11 @@ class LogTailer:
                             break
                     if not long and open_at >= start:
                         nl = block.find(b"\n", start)
-                        if open_at > nl and self._inert(block, pos, nl, hits, hi, cri):
+                        how = self._inert(block, pos, nl, hits, hi, cri) if open_at > nl else 0
+                        if how:
                             pos = nl + 1
+                            if how == 2:  # read by LogAnalyzer.quick: counted with the skipped lines
+                                quiet = analyzer.quiescent()
                             continue
                 fed += self._count_skipped(block, mark, pos)
                 nl = block.find(b"\n", pos)
@@ -694,13 +697,14 @@ class LogTailer:
         self.analyzer.skip(n)
         return n
 
-    def _inert(self, block: bytes, pos: int, nl: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> bool:
-        """The line block[pos:nl], whose first trigger is hits[hi], changes nothing in a quiescent analyzer: its
-        words stand only in vLLM's prefix (`(EngineCore_DP0 pid=7)`), or it is a message the analyzer returns on
-        unread (a request log: users' prompts say anything)."""
+    def _inert(self, block: bytes, pos: int, nl: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> int:
+        """What the line block[pos:nl], whose first trigger is hits[hi], needs from a quiescent analyzer: 1 nothing
+        (its words stand only in vLLM's prefix, `(EngineCore_DP0 pid=7)`, or it is a message the analyzer returns on
+        unread: a request log, whose prompt says anything); 2 nothing more than LogAnalyzer.quick did with it (a
+        frame line, a bare traceback header, a stats line); 0 to be fed."""
         raw = block[pos:nl]
         if nl - pos > self.max_line_bytes or not raw.isascii():
-            return False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
+            return 0  # cut, or offsets in bytes and characters differ: fed, not reasoned about
         whole = self._block_scanner().whole_line
         last = 0
         for i in range(hi, len(hits)):
@@ -708,7 +712,7 @@ class LogTailer:
             if start > nl:
                 break
             if word in whole:
-                return False
+                return 0
             last = stop
         if cri:
             # the record's message as LineDecoder reads it: a `F` record's text after the runtime's prefix (a `P`
@@ -716,11 +720,15 @@ class LogTailer:
             m = CRI_RECORD.match(raw)
             if m is not None:
                 if m.group("tag") != b"F" or m.start("msg") < 0:
-                    return False
+                    return 0
                 pos += m.start("msg")
                 raw = raw[m.start("msg") :]
-        begin = message_start_ascii(raw)
-        return pos + begin >= last or quiet_message_ascii(raw, begin)
+        begin, process, shaped = head_ascii(raw)
+        if pos + begin >= last or quiet_message_ascii(raw, begin):
+            return 1
+        if shaped and self.analyzer.quick(process, raw[begin:].decode("ascii")):
+            return 2
+        return 0
 
     def _long_line(self, block: bytes, pos: int, stop: int) -> int:
         """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
