@@ -1108,7 +1108,9 @@ _SIZES_THE_CACHE = frozenset({"kv_cache_tokens", "max_concurrency", "gpu_blocks"
 
 
 def _evidence(message: str) -> str:
-    text = "".join(ch if ch.isprintable() else " " for ch in message[: EVIDENCE_CHARS + 1])
+    text = message[: EVIDENCE_CHARS + 1]
+    if not text.isprintable():  # the common case checked in C first: a failing server logs thousands of these
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
