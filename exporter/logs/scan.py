@@ -101,77 +101,38 @@ class BlockScanner:
         return self._ac.find_matches_as_indexes(block)
 
 
-def message_start(text: str) -> int:
-    """Where `records.parse_record` says the message of `text` starts. vLLM's own shape ends at the first `] `
-    (`(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] `): that prefix, repeated by every line of the same second
-    and process, is matched once with parse_record's own pattern and remembered; any other shape takes
-    parse_record itself."""
-    k = text.find("] ")
-    if k > 0:
-        key = text[: k + 2]
-        end = _PREFIX_ENDS.get(key)
-        if end is None:
-            if len(_PREFIX_ENDS) >= 4096:
-                _PREFIX_ENDS.clear()
-            m = _VLLM_PREFIX.match(key)
-            end = _PREFIX_ENDS[key] = m.end() if m is not None else -1
-        if end == k + 2 and not text.startswith(("[rank", "("), end):
-            return end
-    return len(text) - len(parse_record(text).message)
+_HEADS: dict[bytes, tuple[int, str | None]] = {}
 
 
-_PREFIX_ENDS: dict[str, int] = {}
-_PREFIX_ENDS_B: dict[bytes, int] = {}
-
-
-def message_start_ascii(raw: bytes) -> int:
-    """message_start of an ASCII line, read in its bytes (no decoding on the common path)."""
-    k = raw.find(b"] ")
-    if k > 0:
-        key = raw[: k + 2]
-        end = _PREFIX_ENDS_B.get(key)
-        if end is None:
-            if len(_PREFIX_ENDS_B) >= 4096:
-                _PREFIX_ENDS_B.clear()
-            m = _VLLM_PREFIX.match(key.decode("ascii"))
-            end = _PREFIX_ENDS_B[key] = m.end() if m is not None else -1
-        if end == k + 2 and not raw.startswith((b"[rank", b"("), end):
-            return end
-    return message_start(raw.decode("ascii"))
-
-
-_HEADS_B: dict[bytes, tuple[int, str | None]] = {}
-
-
-def head_ascii(raw: bytes) -> tuple[int, str | None, bool]:
-    """(message start, process, vLLM-shaped or wrapped) of an ASCII line as `records.parse_record` reads it; vLLM's
-    own prefix matched once per distinct prefix, as in message_start_ascii, the rest by parse_record itself."""
-    k = raw.find(b"] ")
-    if k > 0:
-        key = raw[: k + 2]
-        head = _HEADS_B.get(key)
+def head_ascii(block: bytes, pos: int, nl: int) -> tuple[int, str | None, bool]:
+    """(where its message starts, process, vLLM-shaped or wrapped) of the ASCII line block[pos:nl] as
+    `records.parse_record` reads it. vLLM's own shape ends at the first `] ` (`(Proc pid=N) LEVEL MM-DD HH:MM:SS
+    [file.py:N] `): that prefix, repeated by every line of the same second and process, is matched once with
+    parse_record's own pattern and remembered; any other shape takes parse_record itself."""
+    k = block.find(b"] ", pos, nl)
+    if k > pos:
+        key = block[pos : k + 2]
+        head = _HEADS.get(key)
         if head is None:
-            if len(_HEADS_B) >= 4096:
-                _HEADS_B.clear()
+            if len(_HEADS) >= 4096:
+                _HEADS.clear()
             text = key.decode("ascii")
             m = _VLLM_PREFIX.match(text)
-            head = _HEADS_B[key] = (
-                (k + 2, parse_record(text).process) if m is not None and m.end() == k + 2 else (-1, None)
-            )
-        if head[0] == k + 2 and not raw.startswith((b"[rank", b"("), k + 2):
+            head = _HEADS[key] = (len(text), parse_record(text).process) if m and m.end() == len(text) else (-1, None)
+        if head[0] > 0 and not block.startswith((b"[rank", b"("), k + 2):
             return k + 2, head[1], True
-    rec = parse_record(raw.decode("ascii"))
-    return len(raw) - len(rec.message), rec.process, rec.vllm_shaped or rec.wrapped
+    rec = parse_record(block[pos:nl].decode("ascii"))
+    return nl - len(rec.message), rec.process, rec.vllm_shaped or rec.wrapped
 
 
 _QUIET_B = tuple(w.encode("ascii") for w in stages.QUIET_MESSAGES)
 _TRACEBACK_B = P.TRACEBACK_START.encode("ascii")
 
 
-def quiet_message_ascii(raw: bytes, start: int) -> bool:
-    """The message at raw[start:] is one the analyzer returns on unread (stages.QUIET_MESSAGES), read in the bytes
-    of an ASCII line."""
-    return raw.startswith(_QUIET_B, start) and raw.find(_TRACEBACK_B, start) < 0
+def quiet_message_ascii(block: bytes, start: int, nl: int) -> bool:
+    """The message at block[start:nl] (an ASCII line) is one the analyzer returns on unread
+    (stages.QUIET_MESSAGES)."""
+    return block.startswith(_QUIET_B, start) and block.find(_TRACEBACK_B, start, nl) < 0
 
 
 _SCANNER: BlockScanner | None = None

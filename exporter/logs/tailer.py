@@ -20,6 +20,7 @@ import os
 import tempfile
 import threading
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -634,6 +635,10 @@ class LogTailer:
         cri = dec.format == "cri"
         scan = self._block_scanner()
         hits = scan.hits(block)
+        starts = [h[1] for h in hits]  # searched by bisection: a busy log has a hit on most lines
+        whole = scan.whole_line
+        walls = [h[1] for h in hits if h[0] in whole]  # where a line that is always fed stands (rarely any)
+        ascii_block = block.isascii()
         analyzer = self.analyzer
         cap = self.max_line_bytes
         end = len(block)
@@ -648,14 +653,12 @@ class LogTailer:
                     if open_hits is None:
                         quiet = 0
                 if quiet:
-                    while hi < nh and hits[hi][1] < pos:
-                        hi += 1
-                    start = hits[hi][1] if hi < nh else end
+                    hi = bisect_left(starts, pos, hi)
+                    start = starts[hi] if hi < nh else end
                     open_at = end
                     if quiet == 1:
                         assert open_hits is not None
-                        while oi < len(open_hits) and open_hits[oi] < pos:
-                            oi += 1
+                        oi = bisect_left(open_hits, pos, oi)
                         open_at = open_hits[oi] if oi < len(open_hits) else end
                     nl = block.rfind(b"\n", pos, min(start, open_at))
                     long = False
@@ -667,12 +670,14 @@ class LogTailer:
                             break
                     if not long and open_at >= start:
                         nl = block.find(b"\n", start)
-                        how = self._inert(block, pos, nl, hits, hi, cri) if open_at > nl else 0
-                        if how:
-                            pos = nl + 1
-                            if how == 2:  # read by LogAnalyzer.quick: counted with the skipped lines
-                                quiet = analyzer.quiescent()
-                            continue
+                        if open_at > nl:
+                            last = hits[bisect_left(starts, nl, hi) - 1][2]  # where the line's last hit ends
+                            how = self._inert(block, pos, nl, last, walls, ascii_block, cri)
+                            if how:
+                                pos = nl + 1
+                                if how == 2:  # read by LogAnalyzer.quick: counted with the skipped lines
+                                    quiet = analyzer.quiescent()
+                                continue
                 fed += self._count_skipped(block, mark, pos)
                 nl = block.find(b"\n", pos)
                 if cri:
@@ -697,36 +702,29 @@ class LogTailer:
         self.analyzer.skip(n)
         return n
 
-    def _inert(self, block: bytes, pos: int, nl: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> int:
-        """What the line block[pos:nl], whose first trigger is hits[hi], needs from a quiescent analyzer: 1 nothing
+    def _inert(self, block: bytes, pos: int, nl: int, last: int, walls: list[int], ascii_block: bool, cri: bool) -> int:
+        """What the line block[pos:nl], whose trigger words end by `last`, needs from a quiescent analyzer: 1 nothing
         (its words stand only in vLLM's prefix, `(EngineCore_DP0 pid=7)`, or it is a message the analyzer returns on
         unread: a request log, whose prompt says anything); 2 nothing more than LogAnalyzer.quick did with it (a
-        frame line, a bare traceback header, a stats line); 0 to be fed."""
-        raw = block[pos:nl]
-        if nl - pos > self.max_line_bytes or not raw.isascii():
+        frame line, a bare traceback header, a stats line); 0 to be fed (so is a line holding a word of `walls`)."""
+        if nl - pos > self.max_line_bytes or not (ascii_block or block[pos:nl].isascii()):
             return 0  # cut, or offsets in bytes and characters differ: fed, not reasoned about
-        whole = self._block_scanner().whole_line
-        last = 0
-        for i in range(hi, len(hits)):
-            word, start, stop = hits[i]
-            if start > nl:
-                break
-            if word in whole:
+        if walls:
+            w = bisect_left(walls, pos)
+            if w < len(walls) and walls[w] < nl:
                 return 0
-            last = stop
         if cri:
             # the record's message as LineDecoder reads it: a `F` record's text after the runtime's prefix (a `P`
             # one holds a whole-line word and never gets here), a line that is no record as it stands
-            m = CRI_RECORD.match(raw)
+            m = CRI_RECORD.match(block[pos:nl])
             if m is not None:
                 if m.group("tag") != b"F" or m.start("msg") < 0:
                     return 0
                 pos += m.start("msg")
-                raw = raw[m.start("msg") :]
-        begin, process, shaped = head_ascii(raw)
-        if pos + begin >= last or quiet_message_ascii(raw, begin):
+        begin, process, shaped = head_ascii(block, pos, nl)
+        if begin >= last or quiet_message_ascii(block, begin, nl):
             return 1
-        if shaped and self.analyzer.quick(process, raw[begin:].decode("ascii")):
+        if shaped and self.analyzer.quick(process, block[begin:nl].decode("ascii")):
             return 2
         return 0
 
