@@ -249,3 +249,22 @@ def test_the_quick_shapes_and_their_look_alikes(tmp_path):
         for name, text in (("quick.log", lines), ("quick-cri.log", _cri(lines))):
             got = _same(_write(tmp_path / name, text))
             assert got["health"].lines_read == len(lines), n
+
+
+def test_engine_tags_hidden_from_the_search_only_where_they_are_tags(tmp_path):
+    """`Engine` in an engine process's tag at a line's start is hidden from the search (the analyzer reads the tag
+    as the line's prefix); the same word at a line's start in anything parse_record does not read as a tag is not."""
+    lines = [
+        "(EngineCore_DP0 pid=7) INFO 11-20 10:00:09 [core.py:1] nothing to see",
+        "(EngineCore failed to start pid=7) the tag's own words: a prefix, not a message",
+        "(EngineCore failed to start.)",  # no pid: not a tag, the whole line is the message
+        "(EngineCore_DP0 pid=7)(EngineCore failed to start.)",
+        "(EngineCore_DP1 pid=x) EngineCore failed to start.",
+    ]
+    for n, line in enumerate(lines):
+        text = SERVING + [ACCESS, ADDED] * 5 + [line] + [ACCESS, ADDED] * 5
+        _same(_write(tmp_path / "tag.log", text))
+        _same(_write(tmp_path / "tag.log", text), chunk=97)
+    scanner = scan.scanner()
+    words = [[scanner.literals[i] for i, _, _ in scanner.hits(("\n" + line + "\n").encode())] for line in lines]
+    assert words == [[], [], ["Engine"], ["Engine"], ["Engine", "Engine"]]
