@@ -56,6 +56,10 @@ _OOM_WORDS = alternatives(P.OOM_HINT)
 OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WORDS for i in range(1, len(w))})
 # A traceback header alone on its line, which `_feed_text` only opens frames for (no OOM_HINT word in it).
 _BARE_TRACEBACK = None if P.OOM_HINT.search(P.TRACEBACK_START + ":") else P.TRACEBACK_START + ":"
+# LogAnalyzer.quick_frames: the effects of traceback bodies seen, and the vLLM prefix its scratch analyzer reads them under.
+_BODIES: dict[str, tuple[tuple[str, ...], bool] | tuple[()]] = {}
+_SHAPED = "(Scratch pid=1) ERROR 01-01 00:00:00 [x.py:1] "
+_SHAPED_KEY = "Scratch pid=1"
 
 
 @dataclass(slots=True)
@@ -216,6 +220,33 @@ class LogAnalyzer:
                 return False
         except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
             self.line_errors += 1  # as `feed` counts it
+        return True
+
+    def quick_frames(self, key: str | None, body: str) -> bool:
+        """What `_feed_text` does with the indented lines right after a bare traceback header that `quick` read (a
+        traceback's frames and their code: the messages of vLLM-shaped records of process `key`, joined by `\n`)
+        while `quiescent()`; the lines are not counted. Their effect (the frames' tags) is worked out once per
+        distinct body, by feeding it to a scratch analyzer: a failing server repeats its tracebacks. False, with
+        nothing done, when the body leaves a frame line half read (then its lines go their usual way)."""
+        effect = _BODIES.get(body)
+        if effect is None:
+            scratch = LogAnalyzer()
+            try:
+                for msg in body.split("\n"):
+                    scratch._feed_text(LogLine(0, _SHAPED + msg))
+                found = scratch._frames.get(_SHAPED_KEY, [])
+                effect = (tuple(found), scratch._last_frame_key is not None) if scratch._partial_frame is None else ()
+            except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
+                effect = ()
+            if len(_BODIES) >= 1024:
+                _BODIES.clear()
+            _BODIES[body] = effect
+        if not effect:
+            return False
+        tags, touched = effect
+        if touched:  # frames[key] was just cleared by the header: the scratch's list, from empty, is the answer
+            self._frames_for(key).extend(tags)
+            self._last_frame_key = key
         return True
 
     # -- the per-line entry point -----------------------------------------------------------------
