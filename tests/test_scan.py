@@ -231,6 +231,27 @@ def test_the_quick_shapes_and_their_look_alikes(tmp_path):
             head + "RuntimeError: x",
         ],
         [head + '\tFile "/x/vllm/v1/worker/gpu_worker.py", line 1, in load_model', head + "KeyError: 'x'"],
+        [  # a traceback's frames read together (LogAnalyzer.quick_frames), left open so the snapshot shows them
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/engine/core.py", line 2, in run_busy_loop',
+            head + "    self.model_runner.capture_model()",
+            head + "    return func(*args, **kwargs)",
+            '(EngineCore_DP0 pid=8) ERROR 11-20 10:00:09 [core.py:1]   File "/x/vllm/v1/worker/w.py", line 4, in '
+            "profile_run",  # another process's frame: not this body's
+        ],
+        [
+            head + "Traceback (most recent call last):",
+            head + "  File &quot;/x/vllm/worker/worker.py&quot;, line 1, in load_model",
+        ],  # read unescaped: fed
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/' + "y" * 250 + '/worker.py", line 1, in load_model',
+        ],  # cut at 300 bytes below: fed
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/worker/worker.py", line 1, ',
+            "in load_model",
+        ],  # a frame line a terminal wrapped: the rest joins it
         [head + '    self.model_runner.profile_run()  # File "x"', head + "KeyError: 'x'"],
         [
             info + "Engine 000: " + stats.format(70),
@@ -249,6 +270,7 @@ def test_the_quick_shapes_and_their_look_alikes(tmp_path):
         for name, text in (("quick.log", lines), ("quick-cri.log", _cri(lines))):
             got = _same(_write(tmp_path / name, text))
             assert got["health"].lines_read == len(lines), n
+            _same(tmp_path / name, cap=300)  # the long frame line cut: fed, not read with the others
 
 
 def test_engine_tags_hidden_from_the_search_only_where_they_are_tags(tmp_path):
@@ -261,7 +283,7 @@ def test_engine_tags_hidden_from_the_search_only_where_they_are_tags(tmp_path):
         "(EngineCore_DP0 pid=7)(EngineCore failed to start.)",
         "(EngineCore_DP1 pid=x) EngineCore failed to start.",
     ]
-    for n, line in enumerate(lines):
+    for line in lines:
         text = SERVING + [ACCESS, ADDED] * 5 + [line] + [ACCESS, ADDED] * 5
         _same(_write(tmp_path / "tag.log", text))
         _same(_write(tmp_path / "tag.log", text), chunk=97)

@@ -42,6 +42,7 @@ from exporter.logs.scan import (
 from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
+_BARE_TRACEBACK = b"Traceback (most recent call last):"  # its frames follow: LogTailer._frames_below
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 # Below this a read block (a few lines, what a poll of a followed log finds) is cheaper fed line by line than
@@ -672,10 +673,10 @@ class LogTailer:
                         nl = block.find(b"\n", start)
                         if open_at > nl:
                             last = hits[bisect_left(starts, nl, hi) - 1][2]  # where the line's last hit ends
-                            how = self._inert(block, pos, nl, last, walls, ascii_block, cri)
-                            if how:
-                                pos = nl + 1
-                                if how == 2:  # read by LogAnalyzer.quick: counted with the skipped lines
+                            stop, read = self._inert(block, pos, nl, last, walls, ascii_block, cri)
+                            if stop:
+                                pos = stop
+                                if read:  # read by LogAnalyzer.quick: counted with the skipped lines
                                     quiet = analyzer.quiescent()
                                 continue
                 fed += self._count_skipped(block, mark, pos)
@@ -702,31 +703,61 @@ class LogTailer:
         self.analyzer.skip(n)
         return n
 
-    def _inert(self, block: bytes, pos: int, nl: int, last: int, walls: list[int], ascii_block: bool, cri: bool) -> int:
-        """What the line block[pos:nl], whose trigger words end by `last`, needs from a quiescent analyzer: 1 nothing
-        (its words stand only in vLLM's prefix, `(EngineCore_DP0 pid=7)`, or it is a message the analyzer returns on
-        unread: a request log, whose prompt says anything); 2 nothing more than LogAnalyzer.quick did with it (a
-        frame line, a bare traceback header, a stats line); 0 to be fed (so is a line holding a word of `walls`)."""
+    def _inert(
+        self, block: bytes, pos: int, nl: int, last: int, walls: list[int], ascii_block: bool, cri: bool
+    ) -> tuple[int, bool]:
+        """What the line block[pos:nl], whose trigger words end by `last`, needs from a quiescent analyzer, as (where
+        to go on from, or 0 to feed it; whether the analyzer read it): nothing (its words stand only in vLLM's
+        prefix, `(EngineCore_DP0 pid=7)`, or it is a message the analyzer returns on unread: a request log, whose
+        prompt says anything); nothing more than LogAnalyzer.quick did with it (a frame line, a bare traceback
+        header, a stats line), the header with the frames below it (`_frames_below`). A line holding a word of
+        `walls` is fed."""
         if nl - pos > self.max_line_bytes or not (ascii_block or block[pos:nl].isascii()):
-            return 0  # cut, or offsets in bytes and characters differ: fed, not reasoned about
+            return 0, False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
         if walls:
             w = bisect_left(walls, pos)
             if w < len(walls) and walls[w] < nl:
-                return 0
+                return 0, False
+        at = pos
         if cri:
             # the record's message as LineDecoder reads it: a `F` record's text after the runtime's prefix (a `P`
             # one holds a whole-line word and never gets here), a line that is no record as it stands
             m = CRI_RECORD.match(block[pos:nl])
             if m is not None:
                 if m.group("tag") != b"F" or m.start("msg") < 0:
-                    return 0
-                pos += m.start("msg")
-        begin, process, shaped = head_ascii(block, pos, nl)
+                    return 0, False
+                at += m.start("msg")
+        begin, process, shaped = head_ascii(block, at, nl)
         if begin >= last or quiet_message_ascii(block, begin, nl):
-            return 1
+            return nl + 1, False
         if shaped and self.analyzer.quick(process, block[begin:nl].decode("ascii")):
-            return 2
-        return 0
+            if not cri and nl - begin == len(_BARE_TRACEBACK) and block.startswith(_BARE_TRACEBACK, begin):
+                return self._frames_below(block, block[pos:begin], nl + 1, walls, ascii_block, process), True
+            return nl + 1, True
+        return 0, False
+
+    def _frames_below(
+        self, block: bytes, prefix: bytes, pos: int, walls: list[int], ascii_block: bool, process: str | None
+    ) -> int:
+        """Past the lines from `pos` on that carry the bare traceback header's own prefix (vLLM's formatter repeats
+        it on every line of a logged traceback) with an indented message, a frame or its code, when
+        LogAnalyzer.quick_frames can read them together; returns where the next line starts."""
+        indented = prefix + b"  "
+        cap = self.max_line_bytes
+        end = pos
+        while block.startswith(indented, end):
+            nl = block.find(b"\n", end)
+            if nl - end > cap:
+                break
+            end = nl + 1
+        if end == pos or not (ascii_block or block[pos:end].isascii()):
+            return pos
+        if walls:
+            w = bisect_left(walls, pos)
+            if w < len(walls) and walls[w] < end:
+                return pos
+        body = block[pos + len(prefix) : end - 1].replace(b"\n" + prefix, b"\n")
+        return end if self.analyzer.quick_frames(process, body.decode("ascii")) else pos
 
     def _long_line(self, block: bytes, pos: int, stop: int) -> int:
         """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
