@@ -114,8 +114,8 @@ class BlockScanner:
         `Engine` in an engine process's tag at a line's start, which the analyzer never reads (a tenth of a busy
         V1 log's lines hold nothing else)."""
         assert self._ac is not None
-        if self._hide_tags and b"\n(Engine" in block:
-            block = _ENGINE_TAG.sub(_ENGINE_HIDDEN, block)
+        if self._hide_tags:
+            block = _ENGINE_TAG.sub(_ENGINE_HIDDEN, block)  # the block itself when there is none
         return self._ac.find_matches_as_indexes(block)
 
 
@@ -145,6 +145,7 @@ def head_ascii(block: bytes, pos: int, nl: int) -> tuple[int, str | None, bool]:
 
 _QUIET_B = tuple(w.encode("ascii") for w in stages.QUIET_MESSAGES)
 _TRACEBACK_B = P.TRACEBACK_START.encode("ascii")
+BARE_TRACEBACK = _TRACEBACK_B + b":"  # a traceback header alone on its line: its frames follow
 
 
 def quiet_message_ascii(block: bytes, start: int, nl: int) -> bool:

@@ -34,6 +34,7 @@ from exporter.logs.formats import (
     detect_format,
 )
 from exporter.logs.scan import (
+    BARE_TRACEBACK,
     BlockScanner,
     head_ascii,
     quiet_message_ascii,
@@ -42,7 +43,6 @@ from exporter.logs.scan import (
 from exporter.logs.stages import LogAnalyzer
 
 log = logging.getLogger("vllm_headroom.logs")
-_BARE_TRACEBACK = b"Traceback (most recent call last):"  # its frames follow: LogTailer._frames_below
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
 # Below this a read block (a few lines, what a poll of a followed log finds) is cheaper fed line by line than
@@ -731,7 +731,7 @@ class LogTailer:
         if begin >= last or quiet_message_ascii(block, begin, nl):
             return nl + 1, False
         if shaped and self.analyzer.quick(process, block[begin:nl].decode("ascii")):
-            if not cri and nl - begin == len(_BARE_TRACEBACK) and block.startswith(_BARE_TRACEBACK, begin):
+            if not cri and nl - begin == len(BARE_TRACEBACK) and block.startswith(BARE_TRACEBACK, begin):
                 return self._frames_below(block, block[pos:begin], nl + 1, walls, ascii_block, process), True
             return nl + 1, True
         return 0, False
