@@ -811,15 +811,16 @@ class LogAnalyzer:
     def _stats(self, m: re.Match[str]) -> None:
         self._healthy()
         facts = self.epoch.facts
-        if m.group("kv") is not None:
-            kv = float(m.group("kv")) / 100.0
-            facts["kv_cache_usage_peak_ratio"] = max(kv, facts.get("kv_cache_usage_peak_ratio", 0.0))
-        if m.group("hit") is not None:
-            facts["prefix_cache_hit_rate_last_ratio"] = float(m.group("hit")) / 100.0
-        if m.group("running") is not None:
-            facts["running_peak_reqs"] = max(int(m.group("running")), facts.get("running_peak_reqs", 0))
-        if m.group("waiting") is not None:
-            facts["waiting_peak_reqs"] = max(int(m.group("waiting")), facts.get("waiting_peak_reqs", 0))
+        # the four groups in one call: a busy log's stats lines are many
+        running, waiting, kv, hit = m.group("running", "waiting", "kv", "hit")
+        if kv is not None:
+            facts["kv_cache_usage_peak_ratio"] = max(float(kv) / 100.0, facts.get("kv_cache_usage_peak_ratio", 0.0))
+        if hit is not None:
+            facts["prefix_cache_hit_rate_last_ratio"] = float(hit) / 100.0
+        if running is not None:
+            facts["running_peak_reqs"] = max(int(running), facts.get("running_peak_reqs", 0))
+        if waiting is not None:
+            facts["waiting_peak_reqs"] = max(int(waiting), facts.get("waiting_peak_reqs", 0))
 
     # -- startup ----------------------------------------------------------------------------------
 
