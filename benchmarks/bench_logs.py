@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import record
+from benchmarks.common import RESULTS, record
 from exporter.config import LogSource
 from exporter.logs.tailer import LogTailer
 from exporter.simulate.logs import API, access_line, log_line, stats_message
@@ -237,10 +237,11 @@ def raw(path: str) -> float:
     return time.perf_counter() - start
 
 
-def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
-    """Every shape: event counts asserted equal first, then paired runs (ours, mtail, raw) on the same file."""
+def main(lines: int = 500_000, repeats: int = 3, shapes: tuple[str, ...] = SHAPES) -> list[dict]:
+    """Every shape (or those named): event counts asserted equal first, then paired runs (ours, mtail, raw) on the
+    same file. Shapes not re-run keep their rows in results.json, marked with when they were measured."""
     rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         d = tempfile.mkdtemp()
         path = os.path.join(d, "vllm.log")
         width = int(shape[:-1]) if shape.endswith("B") else 200
@@ -272,6 +273,7 @@ def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
             row[f"{name}_cpu_s"] = statistics.median(v[1] for v in values)
             row[f"{name}_lines_per_s"] = want["lines"] / wall
         row.update(ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios), runs=repeats)
+        row["measured_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
         rows.append(row)
         print(
             f"{shape:>9}: {want['lines']:>8} lines, {row['bytes_per_line']:5.0f} B/line; ours "
@@ -281,9 +283,19 @@ def main(lines: int = 500_000, repeats: int = 3) -> list[dict]:
             flush=True,
         )
         shutil.rmtree(d)
+    if shapes != SHAPES:  # a partial re-run: the other shapes' rows stay as they were
+        old = json.loads(RESULTS.read_text()).get("logs", {}).get("rows", []) if RESULTS.exists() else []
+        fresh = {x["shape"]: x for x in rows}
+        rows = [fresh.pop(x["shape"], x) for x in old if x["shape"] in SHAPES] + list(fresh.values())
+        rows.sort(key=lambda x: SHAPES.index(x["shape"]))
     record("logs", rows)
     return rows
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500_000)
+    # python -m benchmarks.bench_logs [LINES [SHAPE,SHAPE...]]
+    picked = tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else SHAPES
+    unknown = sorted(set(picked) - set(SHAPES))
+    if unknown:
+        sys.exit(f"unknown shape(s) {', '.join(unknown)}; expected some of {', '.join(SHAPES)}")
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500_000, shapes=picked)

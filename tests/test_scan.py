@@ -203,3 +203,90 @@ def test_needed_literals_read_the_parse_tree():
     assert needed_literals(re.compile(r"a|\d+")) is None  # the second branch needs no literal at all
     assert alternatives(re.compile(r"foo|ba(?:r|z)")) == ("bar", "baz", "foo")
     assert alternatives(re.compile(r"foo|ba\w")) is None
+
+
+def test_the_quick_shapes_and_their_look_alikes(tmp_path):
+    """LogAnalyzer.quick reads frame lines, bare traceback headers and stats lines of a quiescent analyzer without
+    the full dispatch: each of them, and lines that only look like them, read the same skipped or fed."""
+    head = "(EngineCore_DP0 pid=7) ERROR 11-20 10:00:09 [core.py:1] "
+    info = "(APIServer pid=1) INFO 11-20 10:00:09 [loggers.py:123] "
+    stats = "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: {} reqs"
+    cases = [
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/worker/gpu_worker.py", line 1, in execute_model',
+            head + "    return self.model_runner.capture_model()",
+            head + "KeyError: 'x'",
+        ],
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1,',
+            head + "in _dummy_run",
+            head + "ValueError: x",
+        ],  # a frame line wrapped before its function
+        [head + "Traceback (most recent call last): CUDA out of memory", head + "RuntimeError: x"],
+        [
+            head + 'Traceback (most recent call last):  File "/x/vllm/worker/model_runner.py", line 3, in '
+            "capture_model",
+            head + "RuntimeError: x",
+        ],
+        [head + '\tFile "/x/vllm/v1/worker/gpu_worker.py", line 1, in load_model', head + "KeyError: 'x'"],
+        [  # a traceback's frames read together (LogAnalyzer.quick_frames), left open so the snapshot shows them
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/v1/engine/core.py", line 2, in run_busy_loop',
+            head + "    self.model_runner.capture_model()",
+            head + "    return func(*args, **kwargs)",
+            '(EngineCore_DP0 pid=8) ERROR 11-20 10:00:09 [core.py:1]   File "/x/vllm/v1/worker/w.py", line 4, in '
+            "profile_run",  # another process's frame: not this body's
+        ],
+        [
+            head + "Traceback (most recent call last):",
+            head + "  File &quot;/x/vllm/worker/worker.py&quot;, line 1, in load_model",
+        ],  # read unescaped: fed
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/' + "y" * 250 + '/worker.py", line 1, in load_model',
+        ],  # cut at 300 bytes below: fed
+        [
+            head + "Traceback (most recent call last):",
+            head + '  File "/x/vllm/worker/worker.py", line 1, ',
+            "in load_model",
+        ],  # a frame line a terminal wrapped: the rest joins it
+        [head + '    self.model_runner.profile_run()  # File "x"', head + "KeyError: 'x'"],
+        [
+            info + "Engine 000: " + stats.format(70),
+            info + "Engine 000: " + stats.format(3) + ", GPU KV cache usage: 1.2.3%",
+        ],
+        [info + stats.format(90) + ", GPU KV cache usage: 99.5%, Prefix cache hit rate: 12.0%"],
+        [info + "Received request x: prompt: '" + stats.format(99) + "'", info + "1 " + stats.format(98)],
+        [info + 'File "' + stats.format(97) + '"'],
+        [info + "Traceback (most recent call last) " + stats.format(96)],
+        ['(APIServer pid=1) INFO:     10.0.0.2:5001 - "GET /?' + stats.format(95) + ' HTTP/1.1" 200 OK'],
+        ['  (EngineCore_DP0 pid=7)   File "/x/vllm/v1/worker/gpu_worker.py", line 1, in load_model'],  # indented
+        [info + "Engine 000: Avg prompt throughput: 1.0 tokens/s, Running: 5 reqs"],  # no STATS_LINE match
+    ]
+    for n, case in enumerate(cases):
+        lines = SERVING + [ACCESS, PROMPT, ADDED] * 5 + case + [ACCESS, PROMPT, ADDED] * 5
+        for name, text in (("quick.log", lines), ("quick-cri.log", _cri(lines))):
+            got = _same(_write(tmp_path / name, text))
+            assert got["health"].lines_read == len(lines), n
+            _same(tmp_path / name, cap=300)  # the long frame line cut: fed, not read with the others
+
+
+def test_engine_tags_hidden_from_the_search_only_where_they_are_tags(tmp_path):
+    """`Engine` in an engine process's tag at a line's start is hidden from the search (the analyzer reads the tag
+    as the line's prefix); the same word at a line's start in anything parse_record does not read as a tag is not."""
+    lines = [
+        "(EngineCore_DP0 pid=7) INFO 11-20 10:00:09 [core.py:1] nothing to see",
+        "(EngineCore failed to start pid=7) the tag's own words: a prefix, not a message",
+        "(EngineCore failed to start.)",  # no pid: not a tag, the whole line is the message
+        "(EngineCore_DP0 pid=7)(EngineCore failed to start.)",
+        "(EngineCore_DP1 pid=x) EngineCore failed to start.",
+    ]
+    for line in lines:
+        text = SERVING + [ACCESS, ADDED] * 5 + [line] + [ACCESS, ADDED] * 5
+        _same(_write(tmp_path / "tag.log", text))
+        _same(_write(tmp_path / "tag.log", text), chunk=97)
+    scanner = scan.scanner()
+    words = [[scanner.literals[i] for i, _, _ in scanner.hits(("\n" + line + "\n").encode())] for line in lines]
+    assert words == [[], [], ["Engine"], ["Engine"], ["Engine", "Engine"]]

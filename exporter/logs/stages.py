@@ -11,6 +11,7 @@ line, so an OOM is counted the moment its line arrives.
 from __future__ import annotations
 
 import calendar
+import functools
 import html
 import re
 from collections import Counter
@@ -58,6 +59,12 @@ QUIET_MESSAGES = ("Received request", "Generated response")
 # Proper starts of every OOM_HINT word: a wrap tail ending in one may join the next line into a failure.
 _OOM_WORDS = alternatives(P.OOM_HINT)
 OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WORDS for i in range(1, len(w))})
+# A traceback header alone on its line, which `_feed_text` only opens frames for (no OOM_HINT word in it).
+_BARE_TRACEBACK = None if P.OOM_HINT.search(P.TRACEBACK_START + ":") else P.TRACEBACK_START + ":"
+# LogAnalyzer.quick_frames: the effects of traceback bodies seen, and the vLLM prefix its scratch analyzer reads them under.
+_BODIES: dict[str, tuple[tuple[str, ...], bool] | tuple[()]] = {}
+_SHAPED = "(Scratch pid=1) ERROR 01-01 00:00:00 [x.py:1] "
+_SHAPED_KEY = "Scratch pid=1"
 
 
 @dataclass(slots=True)
@@ -193,6 +200,61 @@ class LogAnalyzer:
     def skip(self, lines: int) -> None:
         """`lines` lines that `quiescent` said change nothing: counted, not read."""
         self.lines += lines
+
+    def quick(self, key: str | None, msg: str) -> bool:
+        """What `_feed_text` does with the message of a record vLLM-shaped or wrapped (process `key`, no `&` entity
+        or `\\r` in the line) while `quiescent()`, for three shapes a failing or busy server repeats: a frame line,
+        a bare traceback header, a stats line; the line is not counted (the block scanner counts it with the lines
+        it skips). False, with nothing done, for any other message: then it is fed."""
+        first = msg[:1]
+        try:
+            if first == " " or first == "\t":
+                if 'File "' not in msg:
+                    return False
+                self._frame_line(key, msg)
+            elif msg == _BARE_TRACEBACK:
+                self._frames_for(key).clear()
+            elif "Avg prompt throughput" in msg and not (
+                (first.isdigit() and "HTTP/" in msg)
+                or msg.startswith(("File ", "Received request"))
+                or P.TRACEBACK_START in msg
+            ):
+                m = P.STATS_LINE.search(msg)
+                if m is None:
+                    return False
+                self._stats(m)
+            else:
+                return False
+        except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
+            self.line_errors += 1  # as `feed` counts it
+        return True
+
+    def quick_frames(self, key: str | None, body: str) -> bool:
+        """What `_feed_text` does with the indented lines right after a bare traceback header that `quick` read (a
+        traceback's frames and their code: the messages of vLLM-shaped records of process `key`, joined by `\n`)
+        while `quiescent()`; the lines are not counted. Their effect (the frames' tags) is worked out once per
+        distinct body, by feeding it to a scratch analyzer: a failing server repeats its tracebacks. False, with
+        nothing done, when the body leaves a frame line half read (then its lines go their usual way)."""
+        effect = _BODIES.get(body)
+        if effect is None:
+            scratch = LogAnalyzer()
+            try:
+                for msg in body.split("\n"):
+                    scratch._feed_text(LogLine(0, _SHAPED + msg))
+                found = scratch._frames.get(_SHAPED_KEY, [])
+                effect = (tuple(found), scratch._last_frame_key is not None) if scratch._partial_frame is None else ()
+            except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
+                effect = ()
+            if len(_BODIES) >= 1024:
+                _BODIES.clear()
+            _BODIES[body] = effect
+        if not effect:
+            return False
+        tags, touched = effect
+        if touched:  # frames[key] was just cleared by the header: the scratch's list, from empty, is the answer
+            self._frames_for(key).extend(tags)
+            self._last_frame_key = key
+        return True
 
     # -- the per-line entry point -----------------------------------------------------------------
 
@@ -778,15 +840,16 @@ class LogAnalyzer:
     def _stats(self, m: re.Match[str]) -> None:
         self._healthy()
         facts = self.epoch.facts
-        if m.group("kv") is not None:
-            kv = float(m.group("kv")) / 100.0
-            facts["kv_cache_usage_peak_ratio"] = max(kv, facts.get("kv_cache_usage_peak_ratio", 0.0))
-        if m.group("hit") is not None:
-            facts["prefix_cache_hit_rate_last_ratio"] = float(m.group("hit")) / 100.0
-        if m.group("running") is not None:
-            facts["running_peak_reqs"] = max(int(m.group("running")), facts.get("running_peak_reqs", 0))
-        if m.group("waiting") is not None:
-            facts["waiting_peak_reqs"] = max(int(m.group("waiting")), facts.get("waiting_peak_reqs", 0))
+        # the four groups in one call: a busy log's stats lines are many
+        running, waiting, kv, hit = m.group("running", "waiting", "kv", "hit")
+        if kv is not None:
+            facts["kv_cache_usage_peak_ratio"] = max(float(kv) / 100.0, facts.get("kv_cache_usage_peak_ratio", 0.0))
+        if hit is not None:
+            facts["prefix_cache_hit_rate_last_ratio"] = float(hit) / 100.0
+        if running is not None:
+            facts["running_peak_reqs"] = max(int(running), facts.get("running_peak_reqs", 0))
+        if waiting is not None:
+            facts["waiting_peak_reqs"] = max(int(waiting), facts.get("waiting_peak_reqs", 0))
 
     # -- startup ----------------------------------------------------------------------------------
 
@@ -1027,6 +1090,7 @@ def _named_methods(message: str) -> list[str]:
     return tags
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its arguments; a failing server repeats the same frames
 def _path_tag(path: str, func: str) -> str | None:
     """The tag of a frame whose function name alone says nothing: by where it stands (and what it is called there)."""
     step = next((s for p, s in P.STEP_PATHS if p in path), None)
@@ -1108,7 +1172,9 @@ _SIZES_THE_CACHE = frozenset({"kv_cache_tokens", "max_concurrency", "gpu_blocks"
 
 
 def _evidence(message: str) -> str:
-    text = "".join(ch if ch.isprintable() else " " for ch in message[: EVIDENCE_CHARS + 1])
+    text = message[: EVIDENCE_CHARS + 1]
+    if not text.isprintable():  # the common case checked in C first: a failing server logs thousands of these
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 

@@ -20,6 +20,7 @@ import os
 import tempfile
 import threading
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -33,8 +34,9 @@ from exporter.logs.formats import (
     detect_format,
 )
 from exporter.logs.scan import (
+    BARE_TRACEBACK,
     BlockScanner,
-    message_start_ascii,
+    head_ascii,
     quiet_message_ascii,
     scanner,
 )
@@ -635,6 +637,10 @@ class LogTailer:
         cri = dec.format == "cri"
         scan = self._block_scanner()
         hits = scan.hits(block)
+        starts = [h[1] for h in hits]  # searched by bisection: a busy log has a hit on most lines
+        whole = scan.whole_line
+        walls = [h[1] for h in hits if h[0] in whole]  # where a line that is always fed stands (rarely any)
+        ascii_block = block.isascii()
         analyzer = self.analyzer
         cap = self.max_line_bytes
         end = len(block)
@@ -649,14 +655,12 @@ class LogTailer:
                     if open_hits is None:
                         quiet = 0
                 if quiet:
-                    while hi < nh and hits[hi][1] < pos:
-                        hi += 1
-                    start = hits[hi][1] if hi < nh else end
+                    hi = bisect_left(starts, pos, hi)
+                    start = starts[hi] if hi < nh else end
                     open_at = end
                     if quiet == 1:
                         assert open_hits is not None
-                        while oi < len(open_hits) and open_hits[oi] < pos:
-                            oi += 1
+                        oi = bisect_left(open_hits, pos, oi)
                         open_at = open_hits[oi] if oi < len(open_hits) else end
                     nl = block.rfind(b"\n", pos, min(start, open_at))
                     long = False
@@ -668,9 +672,14 @@ class LogTailer:
                             break
                     if not long and open_at >= start:
                         nl = block.find(b"\n", start)
-                        if open_at > nl and self._inert(block, pos, nl, hits, hi, cri):
-                            pos = nl + 1
-                            continue
+                        if open_at > nl:
+                            last = hits[bisect_left(starts, nl, hi) - 1][2]  # where the line's last hit ends
+                            stop, read = self._inert(block, pos, nl, last, walls, ascii_block, cri)
+                            if stop:
+                                pos = stop
+                                if read:  # read by LogAnalyzer.quick: counted with the skipped lines
+                                    quiet = analyzer.quiescent()
+                                continue
                 fed += self._count_skipped(block, mark, pos)
                 nl = block.find(b"\n", pos)
                 if cri:
@@ -695,33 +704,61 @@ class LogTailer:
         self.analyzer.skip(n)
         return n
 
-    def _inert(self, block: bytes, pos: int, nl: int, hits: list[tuple[int, int, int]], hi: int, cri: bool) -> bool:
-        """The line block[pos:nl], whose first trigger is hits[hi], changes nothing in a quiescent analyzer: its
-        words stand only in vLLM's prefix (`(EngineCore_DP0 pid=7)`), or it is a message the analyzer returns on
-        unread (a request log: users' prompts say anything)."""
-        raw = block[pos:nl]
-        if nl - pos > self.max_line_bytes or not raw.isascii():
-            return False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
-        whole = self._block_scanner().whole_line
-        last = 0
-        for i in range(hi, len(hits)):
-            word, start, stop = hits[i]
-            if start > nl:
-                break
-            if word in whole:
-                return False
-            last = stop
+    def _inert(
+        self, block: bytes, pos: int, nl: int, last: int, walls: list[int], ascii_block: bool, cri: bool
+    ) -> tuple[int, bool]:
+        """What the line block[pos:nl], whose trigger words end by `last`, needs from a quiescent analyzer, as (where
+        to go on from, or 0 to feed it; whether the analyzer read it): nothing (its words stand only in vLLM's
+        prefix, `(EngineCore_DP0 pid=7)`, or it is a message the analyzer returns on unread: a request log, whose
+        prompt says anything); nothing more than LogAnalyzer.quick did with it (a frame line, a bare traceback
+        header, a stats line), the header with the frames below it (`_frames_below`). A line holding a word of
+        `walls` is fed."""
+        if nl - pos > self.max_line_bytes or not (ascii_block or block[pos:nl].isascii()):
+            return 0, False  # cut, or offsets in bytes and characters differ: fed, not reasoned about
+        if walls:
+            w = bisect_left(walls, pos)
+            if w < len(walls) and walls[w] < nl:
+                return 0, False
+        at = pos
         if cri:
             # the record's message as LineDecoder reads it: a `F` record's text after the runtime's prefix (a `P`
             # one holds a whole-line word and never gets here), a line that is no record as it stands
-            m = CRI_RECORD.match(raw)
+            m = CRI_RECORD.match(block[pos:nl])
             if m is not None:
                 if m.group("tag") != b"F" or m.start("msg") < 0:
-                    return False
-                pos += m.start("msg")
-                raw = raw[m.start("msg") :]
-        begin = message_start_ascii(raw)
-        return pos + begin >= last or quiet_message_ascii(raw, begin)
+                    return 0, False
+                at += m.start("msg")
+        begin, process, shaped = head_ascii(block, at, nl)
+        if begin >= last or quiet_message_ascii(block, begin, nl):
+            return nl + 1, False
+        if shaped and self.analyzer.quick(process, block[begin:nl].decode("ascii")):
+            if not cri and nl - begin == len(BARE_TRACEBACK) and block.startswith(BARE_TRACEBACK, begin):
+                return self._frames_below(block, block[pos:begin], nl + 1, walls, ascii_block, process), True
+            return nl + 1, True
+        return 0, False
+
+    def _frames_below(
+        self, block: bytes, prefix: bytes, pos: int, walls: list[int], ascii_block: bool, process: str | None
+    ) -> int:
+        """Past the lines from `pos` on that carry the bare traceback header's own prefix (vLLM's formatter repeats
+        it on every line of a logged traceback) with an indented message, a frame or its code, when
+        LogAnalyzer.quick_frames can read them together; returns where the next line starts."""
+        indented = prefix + b"  "
+        cap = self.max_line_bytes
+        end = pos
+        while block.startswith(indented, end):
+            nl = block.find(b"\n", end)
+            if nl - end > cap:
+                break
+            end = nl + 1
+        if end == pos or not (ascii_block or block[pos:end].isascii()):
+            return pos
+        if walls:
+            w = bisect_left(walls, pos)
+            if w < len(walls) and walls[w] < end:
+                return pos
+        body = block[pos + len(prefix) : end - 1].replace(b"\n" + prefix, b"\n")
+        return end if self.analyzer.quick_frames(process, body.decode("ascii")) else pos
 
     def _long_line(self, block: bytes, pos: int, stop: int) -> int:
         """The start of the first line longer than max_line_bytes in block[pos:stop] (whole lines), else stop:
