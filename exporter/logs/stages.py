@@ -63,6 +63,7 @@ OOM_WORD_STARTS = None if _OOM_WORDS is None else tuple({w[:i] for w in _OOM_WOR
 _BARE_TRACEBACK = None if P.OOM_HINT.search(P.TRACEBACK_START + ":") else P.TRACEBACK_START + ":"
 # LogAnalyzer.quick_frames: the effects of traceback bodies seen, and the vLLM prefix its scratch analyzer reads them under.
 _BODIES: dict[str, tuple[tuple[str, ...], bool] | tuple[()]] = {}
+_BODY_CACHE_ENTRIES, _BODY_CACHE_CHARS = 256, 16_384  # at most ~4 MB held
 _SHAPED = "(Scratch pid=1) ERROR 01-01 00:00:00 [x.py:1] "
 _SHAPED_KEY = "Scratch pid=1"
 
@@ -245,9 +246,10 @@ class LogAnalyzer:
                 effect = (tuple(found), scratch._last_frame_key is not None) if scratch._partial_frame is None else ()
             except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError):
                 effect = ()
-            if len(_BODIES) >= 1024:
-                _BODIES.clear()
-            _BODIES[body] = effect
+            if len(body) <= _BODY_CACHE_CHARS:  # bounded: at most _BODY_CACHE_ENTRIES bodies of a traceback's size
+                if len(_BODIES) >= _BODY_CACHE_ENTRIES:
+                    _BODIES.clear()
+                _BODIES[body] = effect
         if not effect:
             return False
         tags, touched = effect
