@@ -233,7 +233,7 @@ class Daemon:
         def poll_all(tailers: list[LogTailer], due: list[LogTailer]) -> None:
             for t in tailers:
                 if t in due:
-                    t.poll()
+                    t.poll(checked=True)
                 else:
                     t.save_if_due()
 
