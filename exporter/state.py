@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from exporter import derive
 from exporter.config import Config, ServerConfig, redact_text
 from exporter.exposition_parser import LabelCache
-from exporter.reexport import render_reexport
+from exporter.reexport import Heads, render_reexport
 from exporter.vllm.names import PASS_LABELS
 from exporter.vllm.scrape import ScrapeResult
 
@@ -99,6 +99,7 @@ class ServerState:
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
         self._keys: dict[tuple, tuple] = {}  # label set -> ((model_name, engine), the labels passed on): per set, once
         self.labels = LabelCache()  # this server's label blocks, parsed once across its scrapes
+        self._heads: Heads = {}  # re-exported label sets as written, kept across scrapes (exporter/reexport.py)
 
     def update(self, result: ScrapeResult, now: float) -> None:
         self.scrapes += 1
@@ -191,7 +192,7 @@ class ServerState:
 
     def reexported(self) -> dict:
         if self._rendered is None:
-            self._rendered = render_reexport(self.name, self.series, self.extra_labels)
+            self._rendered = render_reexport(self.name, self.series, self.extra_labels, self._heads)
         return self._rendered
 
     def hit_ratios(self) -> dict[str, float]:
