@@ -7,10 +7,9 @@ the rendered lines without importing the collector.
 from __future__ import annotations
 
 from prometheus_client.samples import Sample as PCSample
-from prometheus_client.utils import floatToGoString
 
 from exporter.catalog import PREFIX
-from exporter.exposition_writer import sample_head
+from exporter.exposition_writer import go_float, sample_head
 from exporter.vllm import names
 
 
@@ -63,5 +62,5 @@ def render_reexport(
                 order.setdefault(head[3], len(order))
             rows.sort(key=lambda row: order[row[0][3]])
         samples = [PCSample(head[0], head[1], value, None, None) for head, value in rows]
-        out[wire] = (samples, "".join([f"{head[2]} {floatToGoString(value)}\n" for head, value in rows]))
+        out[wire] = (samples, "".join([f"{head[2]} {go_float(value)}\n" for head, value in rows]))
     return out
