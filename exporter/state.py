@@ -42,6 +42,8 @@ def _reexported_keys() -> tuple[str, ...]:
 
 
 _LABELS = itemgetter(1)
+_PAIR = itemgetter(0)  # of a _label_keys value: (model_name, engine)
+_PASSED = itemgetter(1)  # of a _label_keys value: the labels passed on
 
 
 def _label_keys(labels: tuple) -> tuple[tuple[str, str], tuple]:
@@ -148,10 +150,12 @@ class ServerState:
         keys = self._keys
         if len(keys) > 50_000:  # label sets churning without end: start over rather than grow
             keys.clear()
+        sets: set = set()
         for group in out.values():
-            for labels in set(map(_LABELS, group)).difference(keys):
-                keys[labels] = _label_keys(labels)
-        pairs = sorted({keys[s[1]][0] for group in out.values() for s in group})
+            sets.update(map(_LABELS, group))
+        for labels in sets.difference(keys):
+            keys[labels] = _label_keys(labels)
+        pairs = sorted(set(map(_PAIR, map(keys.__getitem__, sets))))  # C loops: thousands of samples a scrape
         if len(pairs) > MAX_ENGINES:
             keep = set(pairs[:MAX_ENGINES])
             for name, group in list(out.items()):
@@ -163,6 +167,10 @@ class ServerState:
         for name in _reexported_keys():
             group = out.get(name)
             if not group:
+                continue
+            passed = set(map(_PASSED, map(keys.__getitem__, map(_LABELS, group))))
+            if len(passed) == len(group) <= budget:  # the usual case, checked in C: no two alike once stripped
+                budget -= len(group)
                 continue
             seen = set()
             kept = []
