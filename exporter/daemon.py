@@ -233,7 +233,7 @@ class Daemon:
     async def _tail_loop(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def poll_all(tailers: list[LogTailer], due: list[LogTailer]) -> None:
+        def poll_all(tailers: list[LogTailer], due: set[LogTailer]) -> None:
             for t in tailers:
                 if t in due:
                     t.poll(checked=True)
@@ -243,7 +243,7 @@ class Daemon:
         while True:
             try:
                 tailers = [s.tailer for s in list(self.servers.values()) if s.tailer]
-                due = [t for t in tailers if t.needs_poll()]  # stats here; reads and saves on the log thread
+                due = {t for t in tailers if t.needs_poll()}  # stats here; reads and saves on the log thread
                 await loop.run_in_executor(self._log_thread, poll_all, tailers, due)
                 self._tails_polled = True
             except asyncio.CancelledError:
