@@ -124,7 +124,10 @@ def main(seconds: int = 60, servers: int = 16) -> None:
     print("by part:")
     for part, share in parts(text):
         print(f"{share * 100:5.1f} %  {part}")
-    text = "\n".join(line.split(";", 1)[1] if line.startswith("thread") else line for line in text.splitlines())
+    # without the thread frame; a sample with no Python frame at all (a thread in native code) is left out
+    text = "\n".join(
+        line.split(";", 1)[1] if line.startswith("thread") else line for line in text.splitlines() if ";" in line
+    )
     for name, own, tot in hot_spots(text):
         print(f"{own * 100:5.1f} % self {tot * 100:5.1f} % total  {name}")
     if len(sys.argv) > 2:
