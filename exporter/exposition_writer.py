@@ -33,15 +33,23 @@ _VALUES: dict[float, str] = {}
 CACHE_LIMIT = 50_000
 
 
+def write_head(name: str, labels: dict[str, str]) -> str:
+    """`name{label="value",...}`, labels sorted and escaped: a sample line up to its value (not remembered: for a
+    caller that keeps its own, as exporter/reexport.py does per server)."""
+    if not labels:
+        return name
+    inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
+    return f"{name}{{{inner}}}"
+
+
 def sample_head(name: str, labels: dict[str, str]) -> str:
-    """`name{label="value",...}`, labels sorted and escaped: a sample line up to its value."""
+    """write_head, remembered across /metrics builds."""
     if not labels:
         return name
     key = (name, *labels.items())
     head = _HEADS.get(key)
     if head is None:
-        inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
-        head = f"{name}{{{inner}}}"
+        head = write_head(name, labels)
         if len(_HEADS) >= CACHE_LIMIT:
             _HEADS.clear()
         _HEADS[key] = head

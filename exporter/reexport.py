@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client.samples import Sample as PCSample
 
 from exporter.catalog import PREFIX
-from exporter.exposition_writer import go_float, sample_head
+from exporter.exposition_writer import go_float, write_head
 from exporter.vllm import names
 
 
@@ -54,7 +54,7 @@ def render_reexport(
                 if head is None:
                     labels = {"server": server, **extra, **{k: v for k, v in s[1] if k in names.PASS_LABELS}}
                     group = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
-                    head = heads[(sname, s[1])] = (sname, labels, sample_head(sname, labels), group)
+                    head = heads[(sname, s[1])] = (sname, labels, write_head(sname, labels), group)
                 rows.append((head, s[2]))
         if typ == "histogram":  # OpenMetrics wants each series' buckets, sum and count together
             order: dict[tuple, int] = {}
