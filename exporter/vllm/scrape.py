@@ -122,8 +122,9 @@ def used_families(body: str) -> str:
 def _parse(chunks: list[bytes], size: int, labels: LabelCache | None = None) -> ScrapeResult:
     body = b"".join(chunks).decode("utf-8", errors="replace")
     chunks.clear()
-    expo = parse(used_families(body), labels, meta=False)
-    if not expo.samples:  # nothing the daemon reads: what the whole answer holds decides the reason
+    used = used_families(body)
+    expo = parse(used, labels, meta=False)
+    if not expo.samples and used is not body:  # nothing the daemon reads: the whole answer decides the reason
         expo = parse(body, labels, meta=False)
     del body
     if not expo.samples:
