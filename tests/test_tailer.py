@@ -512,3 +512,8 @@ def test_offsets_alone_are_saved_every_minute_a_moved_counter_within_the_interva
     t.save_if_due()
     assert saved()["analyzer"]["counts"]["oom"] == 1
     assert saved()["offset"] == os.path.getsize(p)
+    t.analyzer.epoch.facts["probe"] = 1  # a fact changed in place (the snapshot shares the dict): still seen
+    t._dirty = True
+    clock[0] += 10
+    t.save_if_due()
+    assert saved()["analyzer"]["epoch"]["facts"]["probe"] == 1

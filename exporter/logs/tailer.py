@@ -152,7 +152,7 @@ class LogTailer:
         self._saved: dict | None = None
         self._last_save = 0.0
         self._last_check = 0.0  # when save_if_due last compared the state with the saved one
-        self._saved_sig: dict | None = None  # the last saved state, offsets left out: see _signature
+        self._saved_sig: str | None = None  # the last saved state, offsets left out: see _signature
         self._dirty = False
         self._last_size = 0
         self._last_mtime = 0  # with the size: a file rewritten to exactly its old size still gets a poll
@@ -216,16 +216,13 @@ class LogTailer:
         }
 
     @staticmethod
-    def _signature(data: dict[str, Any]) -> dict[str, Any]:
-        """The state without what only says how far the log was read (offsets, line counts, the time): when this
-        is unchanged, an older save re-reads lines that change nothing."""
-        return {
-            **data,
-            "offset": None,
-            "line": None,
-            "saved_at": None,
-            "analyzer": {**data["analyzer"], "lines": None},
-        }
+    def _signature(data: dict[str, Any]) -> str:
+        """The state as written, without what only says how far the log was read (offsets, line counts, the
+        time): when this is unchanged, an older save re-reads lines that change nothing. Text, not the dicts:
+        the analyzer's snapshot shares some with its live state (an epoch's facts), which change in place."""
+        return json.dumps(
+            {**data, "offset": None, "line": None, "saved_at": None, "analyzer": {**data["analyzer"], "lines": None}}
+        )
 
     def save_state(self, force: bool = False) -> None:
         """Write offsets and counters together: a unique temp file, fsync, rename, so a reader (or a kill)
