@@ -1,9 +1,10 @@
 """Latency from an OOM line appended to a log to the counter visible on /metrics: p50 and p99 over 100 trials,
 three runs (a fresh `serve` each), medians with the spread.
 
-Each OOM line is written after a random pause (0.3-0.8 s), so it lands at a random point of the daemon's
-250 ms log poll, as a real failure does. A fixed pause would fall at the same phase of the poll every time
-and report that phase (0.3 s against a 250 ms poll made the p99 look like 208 ms).
+Each OOM line is written after a random pause (0.3-0.8 s, as wide as the daemon's 0.5 s log poll,
+exporter/daemon.py TAIL_INTERVAL_S), so it lands at a random point of the poll, as a real failure does. A fixed
+pause would fall at the same phase of the poll every time and report that phase (0.3 s against the 250 ms poll
+of before made the p99 look like 208 ms).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def one_run(trials: int, seed: int) -> dict:
             with open(log, "a") as f:
                 f.write(HEALTHY)  # closes the previous incident: each OOM is a new one
                 f.flush()
-            time.sleep(rng.uniform(0.3, 0.8))  # a random phase of the 250 ms poll
+            time.sleep(rng.uniform(0.3, 0.8))  # a random phase of the 0.5 s poll
             start = time.monotonic()
             with open(log, "a") as f:
                 f.write(OOM)

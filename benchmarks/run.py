@@ -173,8 +173,9 @@ def write_doc() -> str:
         f"An OOM line appended to a followed log until `oom_events_total` shows it on /metrics, {la['trials']} "
         f"trials per run, {la['runs']} runs: p50 **{la['p50_s'] * 1e3:.0f} ms**, p99 **{la['p99_s'] * 1e3:.0f} ms** "
         f"(runs {la['p99_min_s'] * 1e3:.0f}-{la['p99_max_s'] * 1e3:.0f} ms), max {la['max_s'] * 1e3:.0f} ms. Each "
-        "line is written at a random phase of the daemon's 250 ms log poll, so the figure is the poll interval "
-        "plus the work, as a real failure sees it (a fixed pause once reported one phase of the poll: 208 ms).",
+        "line is written at a random phase of the daemon's 0.5 s log poll (0.25 s before issue 17's overhead "
+        "round), so the figure is the poll interval plus the work, as a real failure sees it (a fixed pause once "
+        "reported one phase of the poll: 208 ms).",
     ]
     if "soak" in r:
         so = r["soak"]["rows"][0]

@@ -94,8 +94,9 @@ class _Fallback(Exception):
     """Something in the plain-looking lines needs a closer look: read them one by one instead."""
 
 
-def parse(text: str, cache: LabelCache | None = None) -> Exposition:
-    """Parse a whole exposition. Samples keep their wire names (with `_total`, `_bucket`, `_created`)."""
+def parse(text: str, cache: LabelCache | None = None, meta: bool = True) -> Exposition:
+    """Parse a whole exposition. Samples keep their wire names (with `_total`, `_bucket`, `_created`).
+    `meta=False`: leave the TYPE and HELP lines unread (two passes over the text a scraper needs not)."""
     eof = text.find("# EOF")
     if eof != -1 and (eof == 0 or text[eof - 1] == "\n"):
         text = text[:eof]
@@ -104,7 +105,7 @@ def parse(text: str, cache: LabelCache | None = None) -> Exposition:
     framed = "\n" + text
     found = _LINE.findall(framed)
     out = Exposition()
-    if "# " in text:
+    if meta and "# " in text:
         out.types = dict(_TYPE_LINE.findall(framed))
         out.helps = {name: _unescape_help(h) for name, h in _HELP_LINE.findall(framed)}
     if not any(map(_OTHERS, found)):

@@ -26,20 +26,55 @@ def _escape(value: str) -> str:
     return value
 
 
+# Each /metrics build writes the same label sets and many of the same values as the last (16-64 servers: thousands
+# of samples, every 15 s): both are remembered, bounded (cleared when full: label sets churning without end).
+_HEADS: dict[tuple, str] = {}
+_VALUES: dict[float, str] = {}
+CACHE_LIMIT = 50_000
+
+
+def write_head(name: str, labels: dict[str, str]) -> str:
+    """`name{label="value",...}`, labels sorted and escaped: a sample line up to its value (not remembered: for a
+    caller that keeps its own, as exporter/reexport.py does per server)."""
+    if not labels:
+        return name
+    inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
+    return f"{name}{{{inner}}}"
+
+
 def sample_head(name: str, labels: dict[str, str]) -> str:
-    """`name{label="value",...}`, labels sorted and escaped: a sample line up to its value."""
-    if labels:
-        inner = ",".join([f'{k}="{_escape(labels[k])}"' for k in sorted(labels)])
-        return f"{name}{{{inner}}}"
-    return name
+    """write_head, remembered across /metrics builds."""
+    if not labels:
+        return name
+    key = (name, *labels.items())
+    head = _HEADS.get(key)
+    if head is None:
+        head = write_head(name, labels)
+        if len(_HEADS) >= CACHE_LIMIT:
+            _HEADS.clear()
+        _HEADS[key] = head
+    return head
+
+
+def go_float(value: float) -> str:
+    """prometheus_client's floatToGoString, remembered per value (not zero: 0.0 and -0.0 are one key but two
+    texts; not NaN)."""
+    text = _VALUES.get(value)
+    if text is None:
+        text = floatToGoString(value)
+        if value and value == value:  # NaN never finds itself again
+            if len(_VALUES) >= CACHE_LIMIT:
+                _VALUES.clear()
+            _VALUES[value] = text
+    return text
 
 
 def sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | Timestamp | None) -> str:
     """One text-format sample line; without a timestamp it is also the OpenMetrics line."""
     head = sample_head(name, labels)
     if timestamp is not None:
-        return f"{head} {floatToGoString(value)} {int(float(timestamp) * 1000):d}\n"
-    return f"{head} {floatToGoString(value)}\n"
+        return f"{head} {go_float(value)} {int(float(timestamp) * 1000):d}\n"
+    return f"{head} {go_float(value)}\n"
 
 
 class Rendered(Metric):
@@ -117,7 +152,7 @@ def openmetrics_format(source: Collector | Iterable[Metric]) -> bytes:
                 continue
             line = sample_head(s.name, s.labels)
             if s.value is not None:
-                line += " " + floatToGoString(s.value)
+                line += " " + go_float(s.value)
             else:
                 line += " "
             if s.timestamp is not None:

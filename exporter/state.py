@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from exporter import derive
 from exporter.config import Config, ServerConfig, redact_text
 from exporter.exposition_parser import LabelCache
-from exporter.reexport import render_reexport
+from exporter.reexport import Heads, render_reexport
 from exporter.vllm.names import PASS_LABELS
 from exporter.vllm.scrape import ScrapeResult
 
@@ -42,6 +42,8 @@ def _reexported_keys() -> tuple[str, ...]:
 
 
 _LABELS = itemgetter(1)
+_PAIR = itemgetter(0)  # of a _label_keys value: (model_name, engine)
+_PASSED = itemgetter(1)  # of a _label_keys value: the labels passed on
 
 
 def _label_keys(labels: tuple) -> tuple[tuple[str, str], tuple]:
@@ -99,6 +101,7 @@ class ServerState:
         self._rendered: dict | None = None  # re-exported series as text, made once per scrape
         self._keys: dict[tuple, tuple] = {}  # label set -> ((model_name, engine), the labels passed on): per set, once
         self.labels = LabelCache()  # this server's label blocks, parsed once across its scrapes
+        self._heads: Heads = {}  # re-exported label sets as written, kept across scrapes (exporter/reexport.py)
 
     def update(self, result: ScrapeResult, now: float) -> None:
         self.scrapes += 1
@@ -147,10 +150,12 @@ class ServerState:
         keys = self._keys
         if len(keys) > 50_000:  # label sets churning without end: start over rather than grow
             keys.clear()
+        sets: set = set()
         for group in out.values():
-            for labels in set(map(_LABELS, group)).difference(keys):
-                keys[labels] = _label_keys(labels)
-        pairs = sorted({keys[s[1]][0] for group in out.values() for s in group})
+            sets.update(map(_LABELS, group))
+        for labels in sets.difference(keys):
+            keys[labels] = _label_keys(labels)
+        pairs = sorted(set(map(_PAIR, map(keys.__getitem__, sets))))  # C loops: thousands of samples a scrape
         if len(pairs) > MAX_ENGINES:
             keep = set(pairs[:MAX_ENGINES])
             for name, group in list(out.items()):
@@ -162,6 +167,10 @@ class ServerState:
         for name in _reexported_keys():
             group = out.get(name)
             if not group:
+                continue
+            passed = set(map(_PASSED, map(keys.__getitem__, map(_LABELS, group))))
+            if len(passed) == len(group) <= budget:  # the usual case, checked in C: no two alike once stripped
+                budget -= len(group)
                 continue
             seen = set()
             kept = []
@@ -191,7 +200,7 @@ class ServerState:
 
     def reexported(self) -> dict:
         if self._rendered is None:
-            self._rendered = render_reexport(self.name, self.series, self.extra_labels)
+            self._rendered = render_reexport(self.name, self.series, self.extra_labels, self._heads)
         return self._rendered
 
     def hit_ratios(self) -> dict[str, float]:

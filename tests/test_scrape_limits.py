@@ -39,9 +39,9 @@ def test_a_large_answer_is_parsed_off_the_event_loop(monkeypatch):
     threads: list[str] = []
     real = scrape.parse
 
-    def recording(text: str, labels=None):
+    def recording(text: str, labels=None, **kwargs):
         threads.append(threading.current_thread().name)
-        return real(text, labels)
+        return real(text, labels, **kwargs)
 
     monkeypatch.setattr(scrape, "parse", recording)
     big = vllm_body(20_000)  # ~1 MB

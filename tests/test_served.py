@@ -22,7 +22,7 @@ from prometheus_client.samples import Exemplar
 from exporter.config import parse_config
 from exporter.daemon import Daemon
 from exporter.exposition_parser import parse
-from exporter.exposition_writer import openmetrics_format
+from exporter.exposition_writer import openmetrics_format, text_format
 from exporter.metrics import HeadroomCollector
 from exporter.served import ExpositionCache, accepts_gzip, negotiate
 from exporter.server import CACHE_KEY, build_app
@@ -109,6 +109,20 @@ def test_openmetrics_writer_matches_prometheus_client_byte_for_byte():
     Info("i", "i", registry=r).info({"k": "v"})
     assert openmetrics_format(r) == om_latest(r)
     assert openmetrics_format(Families()) == om_latest(Families())
+
+
+def test_remembered_heads_and_values_write_what_prometheus_client_writes_every_time():
+    values = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), 1, 1.0, 0.5, 1e6, 123456789.0, 1e21, 2.5e-7]
+    r = CollectorRegistry()
+    g = Gauge("g", "g", ["a", "b"], registry=r)
+    for i, v in enumerate(values):
+        g.labels(str(i), 'q"\\').set(v)
+    for _ in range(3):  # cold, then from the writer's caches: the same bytes
+        assert openmetrics_format(r) == om_latest(r)
+        assert text_format(r) == generate_latest(r)
+    for i, v in enumerate(values):  # the other sign of zero, and each value under the other label set
+        g.labels(str(i), 'q"\\').set(-v if v == 0 else values[-1 - i])
+        assert openmetrics_format(r) == om_latest(r)
 
 
 def _daemon(tmp_path, servers: int = 3) -> Daemon:

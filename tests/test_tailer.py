@@ -465,3 +465,59 @@ def test_a_scrape_that_found_the_server_serving_counts_only_once_every_line_is_r
         "loading_unknown",
         "marker",
     )  # a restart not read yet: the scrape is not its
+
+
+def test_a_checked_poll_reads_what_its_stat_saw_and_the_next_poll_the_rest(tmp_path):
+    p = tmp_path / "v.log"
+    append(p, START, READY)
+    t = tailer(tmp_path, p)
+    t.poll()
+    append(p, STATS)
+    assert t.needs_poll()
+    append(p, OOM)  # written after the daemon's stat: the next poll's
+    assert t.poll(checked=True) == 1 and ooms(t) == 0
+    assert t.needs_poll()
+    assert t.poll(checked=True) == 1 and ooms(t) == 1
+    assert not t.needs_poll()
+
+
+def test_offsets_alone_are_saved_every_minute_a_moved_counter_within_the_interval(tmp_path, monkeypatch):
+    import json
+    import time
+
+    from exporter.logs import tailer as tailer_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    p = tmp_path / "v.log"
+    append(p, START, READY, *[STATS] * 8)  # past the 1 KB fingerprint, which widens (and is saved) until then
+    t = LogTailer("s", LogSource(str(p), "auto"), str(tmp_path / "state"), save_every_s=10)
+    t.poll()
+    state = tmp_path / "state" / "s.tail.json"
+
+    def saved() -> dict:
+        return json.loads(state.read_text())
+
+    first = saved()["offset"]
+    for _ in range(tailer_module.OFFSETS_ONLY_SAVE_FACTOR - 1):  # healthy stats lines: only the offset moves
+        clock[0] += 10
+        append(p, STATS)
+        t.poll()
+        assert saved()["offset"] == first
+    clock[0] += 10
+    append(p, STATS)
+    t.poll()
+    assert saved()["offset"] > first  # a minute: the offsets are saved too
+    clock[0] += 5
+    append(p, OOM)
+    t.poll()
+    assert "oom" not in saved()["analyzer"]["counts"]  # within the interval of the last save
+    clock[0] += 5
+    t.save_if_due()
+    assert saved()["analyzer"]["counts"]["oom"] == 1
+    assert saved()["offset"] == os.path.getsize(p)
+    t.analyzer.epoch.facts["probe"] = 1  # a fact changed in place (the snapshot shares the dict): still seen
+    t._dirty = True
+    clock[0] += 10
+    t.save_if_due()
+    assert saved()["analyzer"]["epoch"]["facts"]["probe"] == 1

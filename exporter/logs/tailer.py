@@ -51,6 +51,10 @@ READ_CHUNK = 1 << 20
 SCAN_FROM_BYTES = 16 * 1024
 STATE_VERSION = 1
 SAVE_EVERY_S = 10.0  # offsets and counters are saved together, so an older save re-reads, never recounts
+# When only the offsets moved since the last save (a healthy server's stats and access lines change no counter),
+# the save waits this many save intervals: a crash then re-reads up to a minute of log (the same lines give the
+# same state) instead of the state file being rewritten and fsynced every 10 s for nothing.
+OFFSETS_ONLY_SAVE_FACTOR = 6
 MAX_KNOWN_FILES = 16  # files left behind (symlink flips, several pods under one glob) whose offsets are kept
 WARN_EVERY_S = 60.0  # a repeating problem (an unreadable file, poison lines) is logged at most this often
 
@@ -150,9 +154,12 @@ class LogTailer:
         self._safe = (0, 0)  # (offset, line number) with no partial line pending: what is persisted
         self._saved: dict | None = None
         self._last_save = 0.0
+        self._last_check = 0.0  # when save_if_due last compared the state with the saved one
+        self._saved_sig: str | None = None  # the last saved state, offsets left out: see _signature
         self._dirty = False
         self._last_size = 0
         self._last_mtime = 0  # with the size: a file rewritten to exactly its old size still gets a poll
+        self._stat: os.stat_result | None = None  # needs_poll's stat, for the poll that follows it
         self._tail = b""  # the bytes just before our read position, to notice a rewrite of the same size
         self._skipping = False  # inside an over-long line whose rest is being dropped
         self._skipped = 0
@@ -193,6 +200,33 @@ class LogTailer:
             return
         self.analyzer, self._saved, self._known = analyzer, saved, known
 
+    def _state(self) -> dict[str, Any]:
+        """What a save writes; the caller holds the lock."""
+        return {
+            "version": STATE_VERSION,
+            "path": self.pattern,
+            "file": self.path,
+            "fingerprint": self._fp,
+            "fp_len": self._fp_len,
+            "offset": self._safe[0],
+            "line": self._safe[1],
+            "inode": self._inode,
+            "ident": self._ident,
+            "format": self._decoder.format if self._decoder else None,
+            "known": dict(self._known),
+            "analyzer": self.analyzer.snapshot(),
+            "saved_at": time.time(),
+        }
+
+    @staticmethod
+    def _signature(data: dict[str, Any]) -> str:
+        """The state as written, without what only says how far the log was read (offsets, line counts, the
+        time): when this is unchanged, an older save re-reads lines that change nothing. Text, not the dicts:
+        the analyzer's snapshot shares some with its live state (an epoch's facts), which change in place."""
+        return json.dumps(
+            {**data, "offset": None, "line": None, "saved_at": None, "analyzer": {**data["analyzer"], "lines": None}}
+        )
+
     def save_state(self, force: bool = False) -> None:
         """Write offsets and counters together: a unique temp file, fsync, rename, so a reader (or a kill)
         sees the old state or the new one, never half of one; one writer at a time."""
@@ -200,34 +234,21 @@ class LogTailer:
             return
         with self._save_lock:
             with self.lock:
-                data = {
-                    "version": STATE_VERSION,
-                    "path": self.pattern,
-                    "file": self.path,
-                    "fingerprint": self._fp,
-                    "fp_len": self._fp_len,
-                    "offset": self._safe[0],
-                    "line": self._safe[1],
-                    "inode": self._inode,
-                    "ident": self._ident,
-                    "format": self._decoder.format if self._decoder else None,
-                    "known": dict(self._known),
-                    "analyzer": self.analyzer.snapshot(),
-                    "saved_at": time.time(),
-                }
+                data = self._state()
                 self._dirty = False
             directory = os.path.dirname(self.state_path) or "."
             tmp = None
             try:
                 os.makedirs(directory, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.state_path) + ".", suffix=".tmp", dir=directory)
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
+                with open(fd, "wb") as f:
+                    f.write(json.dumps(data).encode("utf-8"))  # one C pass; json.dump writes piece by piece
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, self.state_path)
                 tmp = None
-                self._last_save = time.monotonic()
+                self._last_save = self._last_check = time.monotonic()
+                self._saved_sig = self._signature(data)
             except OSError as exc:
                 self._dirty = True  # try again at the next save
                 self._warn("save", "%s: cannot write state file %s: %s", self.server, self.state_path, exc)
@@ -305,13 +326,16 @@ class LogTailer:
                 self.analyzer.note_serving()
 
     def needs_poll(self) -> bool:
-        """A stat instead of a read: most polls of a quiet log find nothing new."""
+        """A stat instead of a read: most polls of a quiet log find nothing new. The poll that follows uses the
+        same stat for its rotation check and reads up to the size it saw (one stat a poll, not three calls)."""
+        self._stat = None
         if self._fh is None or self.is_glob:
             return True
         try:
             st = os.stat(self.path)
         except OSError:
             return True
+        self._stat = st
         return (
             st.st_ino != self._inode
             or st.st_size != self._last_size
@@ -319,15 +343,18 @@ class LogTailer:
             or self.analyzer.pending is not None
         )
 
-    def poll(self) -> int:
+    def poll(self, checked: bool = False) -> int:
         """Read what is new; returns the number of lines fed. Never raises: a line the decoder or the analyzer
-        cannot take is counted (read_errors) and passed over, and file trouble is counted and retried."""
+        cannot take is counted (read_errors) and passed over, and file trouble is counted and retried.
+
+        `checked`: needs_poll has just said yes; its stat stands for this poll's (the daemon's loop)."""
         fed = 0
+        st, self._stat = self._stat if checked else None, None
         try:
             if self._fh is None and not self._open(first=self._fresh):
                 return 0
-            fed += self._check_rotation()
-            fed += self._drain()
+            fed += self._check_rotation(st)
+            fed += self._drain(upto=st if st is not None and st.st_ino == self._inode else None)
             if not fed and self.analyzer.pending is not None:
                 with self.lock:  # the collector reads the analyzer under the same lock
                     self.analyzer.flush()  # the log went quiet with a failure still undecided: count it now
@@ -348,8 +375,21 @@ class LogTailer:
         return fed
 
     def save_if_due(self) -> None:
-        if self._dirty and time.monotonic() - self._last_save >= self.save_every_s:
-            self.save_state()
+        """Every `save_every_s` while something changed: saved when more than the offsets moved (a counter, the
+        stage, the file followed), else only every OFFSETS_ONLY_SAVE_FACTOR intervals. A counter is thus saved
+        within one interval of moving, as before; a healthy log's state file is rewritten once a minute."""
+        if not self._dirty:
+            return
+        now = time.monotonic()
+        if now - self._last_check < self.save_every_s:
+            return
+        self._last_check = now
+        if now - self._last_save < OFFSETS_ONLY_SAVE_FACTOR * self.save_every_s and self._saved_sig is not None:
+            with self.lock:
+                sig = self._signature(self._state())
+            if sig == self._saved_sig:
+                return
+        self.save_state()
 
     def close(self) -> None:
         self.save_state(force=True)
@@ -474,7 +514,8 @@ class LogTailer:
         except OSError:
             return False
 
-    def _check_rotation(self) -> int:
+    def _check_rotation(self, st: os.stat_result | None = None) -> int:
+        """`st`: the path's stat, when needs_poll has just taken it."""
         if self.is_glob:
             newest = self._resolve()
             if newest is not None and newest != self.path:  # a new pod, or a new file: finish the old one first
@@ -485,10 +526,11 @@ class LogTailer:
                 self._close()
                 self._open()
                 return fed
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return 0  # renamed or deleted: keep reading the open file until a new one appears
+        if st is None:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                return 0  # renamed or deleted: keep reading the open file until a new one appears
         fed = 0
         if st.st_ino != self._inode:
             fed += self._drain(final=True)  # the rest of the old file first
@@ -520,9 +562,7 @@ class LogTailer:
         """Same inode, but the first bytes changed: truncated and rewritten past our offset between polls."""
         assert self._fh is not None
         pos = self._fh.tell()
-        self._fh.seek(0)
-        head = self._fh.read(FINGERPRINT_BYTES)
-        self._fh.seek(pos)
+        head = os.pread(self._fh.fileno(), FINGERPRINT_BYTES, 0)  # seeking would drop the read buffer
         if len(head) < self._fp_len:
             return True
         if _fingerprint(head[: self._fp_len]) != self._fp:
@@ -536,16 +576,21 @@ class LogTailer:
                 return True
         return False
 
-    def _drain(self, final: bool = False) -> int:
+    def _drain(self, final: bool = False, upto: os.stat_result | None = None) -> int:
+        """Read the open file to its end, or, given `upto` (this poll's stat of it), to the size that stat saw:
+        what was written since is read by the next poll, which that stat's size and mtime ask for."""
         if self._fh is None:
             return 0
-        fed = self._consume_stream(self._fh, final)
+        fed = self._consume_stream(self._fh, final, None if upto is None else upto.st_size)
         pos = self._fh.tell()
         self._tail = os.pread(self._fh.fileno(), min(pos, 64), pos - min(pos, 64)) if pos else b""
-        try:
-            self._last_mtime = os.fstat(self._fh.fileno()).st_mtime_ns
-        except OSError:
-            pass
+        if upto is not None:
+            self._last_size, self._last_mtime = upto.st_size, upto.st_mtime_ns
+        else:
+            try:
+                self._last_mtime = os.fstat(self._fh.fileno()).st_mtime_ns
+            except OSError:
+                pass
         if self._fp_len < FINGERPRINT_BYTES and self._offset > self._fp_len:
             # opened (nearly) empty and grown since: widen the fingerprint before it is saved with this offset,
             # so a restart can still recognise the file by its first bytes
@@ -555,22 +600,29 @@ class LogTailer:
                     self._fp, self._fp_len = _fingerprint(head), len(head)
         return fed
 
-    def _consume_stream(self, fh: BinaryIO, final: bool = False) -> int:
+    def _consume_stream(self, fh: BinaryIO, final: bool = False, size: int | None = None) -> int:
+        """Read and feed to the end of `fh`, or up to byte `size` (then the caller keeps the file's size)."""
         fed = 0
+        pos = fh.tell() if size is not None else 0
         while True:
-            chunk = fh.read(READ_CHUNK)
+            want = READ_CHUNK if size is None else min(READ_CHUNK, size - pos)
+            if want <= 0:  # a read of READ_CHUNK at the end costs a 1 MiB buffer and an empty read
+                break
+            chunk = fh.read(want)
             if not chunk:
                 break
+            pos += len(chunk)
             self.health.bytes_read += len(chunk)
             self.health.last_read = time.time()
             fed += self._feed_chunk(chunk)
         if final and (self._buf or self._skipping):  # a last line with no newline, in a file that will not grow
             fed += self._feed_lines([(self._buf, len(self._buf) + self._skipped, self._skipping)])
             self._reset_partial()
-        try:
-            self._last_size = os.fstat(fh.fileno()).st_size
-        except OSError:
-            pass
+        if size is None:
+            try:
+                self._last_size = os.fstat(fh.fileno()).st_size
+            except OSError:
+                pass
         return fed
 
     def _feed_chunk(self, chunk: bytes) -> int:

@@ -55,6 +55,17 @@ CACHE_CONFIG = "vllm:cache_config_info"
 PREFIX_HIT_RATE_V0 = "vllm:gpu_prefix_cache_hit_rate"  # V0's gauge, 0..1
 PASS_LABELS = ("model_name", "engine", "finished_reason", "reason", "le")
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+# Every canonical wire name the daemon reads (exporter/derive.py and exporter/reexport.py): a scrape keeps only
+# these. vLLM also sends the e2e, inter-token and per-request token histograms (about half of each engine's
+# samples), which nothing here reads; bounding, deduplicating and holding them cost CPU on every scrape.
+USED: frozenset[str] = frozenset(
+    [*REEXPORT, *(wire + part for wire in REEXPORT_HISTOGRAMS for part in HISTOGRAM_PARTS)]
+    + [KV_USAGE, CACHE_CONFIG, PREFIX_HIT_RATE_V0, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"]
+)
+# ... and every wire name, old ones included, that becomes one of them
+USED_WIRE: frozenset[str] = USED | frozenset(
+    old + name[len(new) :] for name in USED for old, new in RENAMES.items() if name.startswith(new)
+)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -71,12 +82,15 @@ def canonical(name: str) -> str:
     return new + suffix if new else name
 
 
-# wire name -> (kept, new name or None): the same few hundred names arrive on every scrape of every server
+# wire name -> (kept, new name or None): the same few hundred names arrive on every scrape of every server;
+# one table for every vLLM name, one for those in USED
 _ROUTE: dict[str, tuple[bool, str | None]] = {}
+_ROUTE_USED: dict[str, tuple[bool, str | None]] = {}
 
 
-def _route(name: str) -> tuple[bool, str | None]:
-    route = _ROUTE.get(name)
+def _route(name: str, used_only: bool = False) -> tuple[bool, str | None]:
+    table = _ROUTE_USED if used_only else _ROUTE
+    route = table.get(name)
     if route is None:
         if not name.startswith("vllm:"):
             route = (False, None)
@@ -84,20 +98,23 @@ def _route(name: str) -> tuple[bool, str | None]:
             base, suffix = _split(name)
             new = RENAMES.get(base)
             route = (True, new + suffix if new is not None else None)
-        if len(_ROUTE) > 10_000:  # a target inventing names: never grow without bound
-            _ROUTE.clear()
-        _ROUTE[name] = route
+            if used_only and (new + suffix if new is not None else name) not in USED:
+                route = (False, None)
+        if len(table) > 10_000:  # a target inventing names: never grow without bound
+            table.clear()
+        table[name] = route
     return route
 
 
-def normalize(samples: list[Sample]) -> dict[str, list[Sample]]:
-    """Group vLLM samples by canonical name; where old and new names both appear, keep the new ones."""
+def normalize(samples: list[Sample], used_only: bool = False) -> dict[str, list[Sample]]:
+    """Group vLLM samples by canonical name; where old and new names both appear, keep the new ones.
+    `used_only`: only the names in USED (the daemon's scrapes)."""
     out: dict[str, list[Sample]] = {}
     renamed: dict[str, list[Sample]] = {}
-    route = _ROUTE.get
+    route = (_ROUTE_USED if used_only else _ROUTE).get
     for s in samples:
         name = s[0]
-        keep, new = route(name) or _route(name)
+        keep, new = route(name) or _route(name, used_only)
         if not keep:
             continue
         if new is None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from exporter.exposition_parser import LabelCache, Sample, parse
+from exporter.vllm import names
 from exporter.vllm.names import normalize
 
 # `reason` label values of vllm_headroom_scrape_errors_total: a small fixed set.
@@ -80,14 +82,55 @@ async def _fetch(
     return _parse(chunks, size, labels)
 
 
+# family name (as its HELP line gives it) -> None when a sample of it may be a name the daemon reads, else a
+# pattern finding a line of its block that is neither a comment nor one of its samples
+_UNUSED: dict[str, re.Pattern | None] = {}
+
+
+def _unused(family: str) -> re.Pattern | None:
+    if family in _UNUSED:
+        return _UNUSED[family]
+    other = None
+    if family.startswith("vllm:") and not any(w.startswith(family) for w in names.USED_WIRE):
+        other = re.compile(r"\n(?!#|" + re.escape(family) + r"|\Z)")
+    if len(_UNUSED) > 1_000:  # a target inventing names: never grow without bound
+        _UNUSED.clear()
+    _UNUSED[family] = other
+    return other
+
+
+def used_families(body: str) -> str:
+    """`body` without the families the daemon never reads (vLLM's e2e, inter-token and token-count histograms,
+    about half of its samples), cut out before parsing. Exact: a family is cut only when every line between its
+    HELP line and the next is a comment or a sample whose name starts with the family's, and no name the daemon
+    reads (names.USED_WIRE) starts with it; anything else, and a body without HELP lines, is kept whole."""
+    pieces = ("\n" + body).split("\n# HELP ")
+    if len(pieces) < 3:
+        return body
+    kept = [pieces[0]]
+    for piece in pieces[1:]:
+        space, nl = piece.find(" "), piece.find("\n")
+        other = _unused(piece[: space if nl == -1 or -1 < space < nl else nl])
+        if other is not None and nl != -1 and other.search(piece, nl) is None:
+            continue
+        kept.append(piece)
+    if len(kept) == len(pieces):
+        return body
+    return "\n# HELP ".join(kept)[1:]
+
+
 def _parse(chunks: list[bytes], size: int, labels: LabelCache | None = None) -> ScrapeResult:
     body = b"".join(chunks).decode("utf-8", errors="replace")
     chunks.clear()
-    expo = parse(body, labels)
+    used = used_families(body)
+    expo = parse(used, labels, meta=False)
+    if not expo.samples and used is not body:  # nothing the daemon reads: the whole answer decides the reason
+        expo = parse(body, labels, meta=False)
     del body
     if not expo.samples:
         return ScrapeResult(False, "unparsable", expo.first_error or "no samples", size_bytes=size)
-    series = normalize(expo.samples)
+    # only what the daemon reads (names.USED); a server with vLLM series but none of those is still a vLLM
+    series = normalize(expo.samples, used_only=True) or normalize(expo.samples)
     if not series:
         return ScrapeResult(
             True, "no_vllm_metrics", "answered, but no vllm: series (--disable-log-stats?)", size_bytes=size
