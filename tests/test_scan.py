@@ -44,13 +44,13 @@ def _read(path: Path, fmt: str, scanning: bool, chunk: int, cap: int | None) -> 
     t = LogTailer("t", LogSource(str(path), fmt), None, **kwargs)
     if not scanning:
         t._scanner = _NoScan()  # type: ignore[assignment]
-    saved = tailer_module.READ_CHUNK, tailer_module.SCAN_FROM_BYTES
-    tailer_module.READ_CHUNK, tailer_module.SCAN_FROM_BYTES = chunk, 0  # scan even the smallest block
+    saved = tailer_module.READ_CHUNK
+    tailer_module.READ_CHUNK = chunk
     try:
         fed = t.poll()
         fed += t.poll()
     finally:
-        tailer_module.READ_CHUNK, tailer_module.SCAN_FROM_BYTES = saved
+        tailer_module.READ_CHUNK = saved
     a = t.analyzer
     return {
         "fed": fed,

@@ -45,12 +45,6 @@ from exporter.logs.stages import UNDECIDED_STAGE, LogAnalyzer
 log = logging.getLogger("vllm_headroom.logs")
 FINGERPRINT_BYTES = 1024
 READ_CHUNK = 1 << 20
-# Below this a read block is fed line by line instead of scanned. Every block is scanned since the scanner reads
-# stats and frame lines without the full dispatch (LogAnalyzer.quick): a poll of a followed log finding 1, 2, 5 or
-# 10 lines of a serving log (stats, access and request lines) cost 52 / 59 / 74 / 99 µs scanned against 58 / 73 /
-# 104 / 167 µs fed (CPU per poll, best of two runs of 3,000 polls each, one process). It was 16 KB when a scan fed
-# every line it looked at (6 lines: 94 µs fed, 122 µs scanned).
-SCAN_FROM_BYTES = 0
 STATE_VERSION = 1
 SAVE_EVERY_S = 10.0  # offsets and counters are saved together, so an older save re-reads, never recounts
 # When only the offsets moved since the last save (a healthy server's stats and access lines change no counter),
@@ -143,7 +137,7 @@ class LogTailer:
         self.lock = threading.Lock()  # held while lines are fed; the collector takes it to read
         self.version = 0  # bumped by every poll: /metrics is rebuilt only when some source's version moved
         self.analyzer = LogAnalyzer(undecided_stage=undecided_stage)
-        self._scanner: BlockScanner | None = None  # built on the first block big enough to scan
+        self._scanner: BlockScanner | None = None  # the process's automaton (scan.scanner), taken on first use
         self.health = TailHealth()
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
@@ -648,12 +642,10 @@ class LogTailer:
             )
         if last_nl == -1:
             self._buf = data
-        elif (
-            self._decoder is not None
-            and self._decoder.format in ("plain", "cri")
-            and last_nl >= SCAN_FROM_BYTES
-            and self._block_scanner().available
-        ):
+        elif self._decoder is not None and self._decoder.format in ("plain", "cri") and self._block_scanner().available:
+            # every block, however small: since the scanner reads stats and frame lines without the full dispatch
+            # (LogAnalyzer.quick), a poll finding 1, 2, 5 or 10 lines of a serving log costs 52 / 59 / 74 / 99 µs
+            # scanned against 58 / 73 / 104 / 167 µs fed (CPU per poll, best of two runs of 3,000 polls)
             self._buf = data[last_nl + 1 :]
             fed += self._scan_block(data[: last_nl + 1])
         elif self._decoder is not None and self._decoder.format == "plain":
