@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from exporter.logs.formats import LogLine
+from exporter.logs.patterns import LINE_OPENER
 from exporter.logs.records import parse_record
 
 _NUMBER = re.compile(r"[ \t]{0,6}(\d{1,6})(?:[ \t]*[|:][ \t]?|[ \t]+|$)")
@@ -43,12 +44,11 @@ def unnumbered(lines: Iterable[LogLine]) -> Iterator[LogLine]:
 
 
 # How a line of its own begins, from its first character (a piece cut inside a process tag, `ank=0 pid=7) ERROR`,
-# does not): a process or rank tag, vLLM's or uvicorn's level, a traceback's start, a timestamp (kubectl, docker,
-# journald), docker compose's service column.
+# does not): what opens a vLLM line (a process or rank tag, a level, a traceback's start), a timestamp (kubectl,
+# docker, journald), docker compose's service column.
 _LINE_HEAD = re.compile(
-    r"\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?: \d\d-\d\d |:\s)"
-    r"|Traceback \(most recent call last\)|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "
-    r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "
+    LINE_OPENER
+    + r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d |[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "
 )
 # A row of a fixed-width table (nvidia-smi's, a pasted report's): as wide as its neighbours by design, never a wrap.
 _TABLE_ROW = re.compile(r"[ \t]*(?:\||\+[-=+])")

@@ -324,10 +324,9 @@ HTML_ENTITY = re.compile(r"&(?:quot|apos|lt|gt|amp|#39|#x27|#34);")
 # What starts a line of its own, once an indentation the whole excerpt carries (a markdown code block indented by
 # four spaces, a list item, a quoted mail) is taken off: vLLM's or uvicorn's level prefix, a process or rank tag,
 # a traceback's start or its exception line. Code lines and wrapped message tails under a frame never look so.
-LINE_START = re.compile(
-    r"(?:\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]"
-    r"|Traceback \(most recent call last\)|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))"
-)
+# (LINE_OPENER: the part that opens a line from its first character, what a paste's wrapped piece never does.)
+LINE_OPENER = r"\(\w[^()\n]{0,80}? pid=\d+|\[rank\d|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[: ]|Traceback \(most recent call last\)"
+LINE_START = re.compile(r"(?:" + LINE_OPENER + r"|[A-Za-z_][\w.]*(?:Error|Exception)(?::|\(['\"]))")
 
 # -- traceback frames -> stage ------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last)"

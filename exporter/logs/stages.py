@@ -346,7 +346,7 @@ class LogAnalyzer:
             self._engine_words(msg, rec.source)
         elif "EngineCore" in msg and (header := P.ENGINE_HEADER.search(msg)) is not None:
             self._header = (self.lines, header.group("never") is not None)
-        if "vllm" in msg and not rec.vllm_shaped and P.LAUNCH_COMMAND.search(msg):
+        if not rec.vllm_shaped and "vllm" in msg and P.LAUNCH_COMMAND.search(msg):
             return self._marker(line, line.time or rec.time, "server_start")
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
