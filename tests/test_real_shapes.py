@@ -266,9 +266,7 @@ def test_the_engine_being_constructed_is_startup_even_when_the_frame_below_is_cu
         "Traceback (most recent call last):",
         f'  File "{SITE}/vllm/v1/engine/core.py", line 699, in run_engine_core',
     ]
-    a = feed([OOM, *built, "    engine_core = EngineCoreProc(*args, **kwargs)"])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "frame")
+    assert decided([OOM, *built, "    engine_core = EngineCoreProc(*args, **kwargs)"]) == ("loading_unknown", "frame")
     # the same frame then the busy loop: serving
     a = feed([OOM, *built, "    engine_core.run_busy_loop()"])
     a.flush()
@@ -282,9 +280,7 @@ def test_v0_engine_loop_words_mean_the_engine_was_serving():
         f"ERROR 03-31 15:19:44 [async_llm_engine.py:68] {OOM}",
         "Exception in callback _log_task_completion(error_callback=<bound method...>)(<Task finishe...>) at x.py:48",
     ]
-    a = feed(background)
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    assert decided(background) == ("runtime_unknown", "message")
     repr_line = (
         "ERROR 12-19 09:33:44 engine.py:135] OutOfMemoryError('Error in model execution (input dumped to "
         "/tmp/err.pkl): CUDA out of memory. Tried to allocate 524.00 MiB.')"
@@ -294,9 +290,7 @@ def test_v0_engine_loop_words_mean_the_engine_was_serving():
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
     # the same words from another file, or not as a repr: nothing said
     for other in (repr_line.replace("engine.py:135", "worker.py:135"), repr_line.replace("OutOfMemoryError('", "")):
-        a = feed([other])
-        a.flush()
-        assert (a.first_oom.stage, a.first_oom.stage_evidence) == (UNDECIDED_STAGE, "none")
+        assert decided([other]) == (UNDECIDED_STAGE, "none")
 
 
 def test_an_error_answer_to_a_request_means_the_engine_was_serving():
@@ -445,16 +439,18 @@ def test_the_engine_cores_own_words_say_whether_it_had_started():
     """vllm/v1/engine/core.py run_engine_core logs "EngineCore failed to start." when the engine was never built,
     "EngineCore encountered a fatal error." once it was."""
     oom = "(Worker_TP0 pid=60) ERROR 05-03 00:18:16 [multiproc_executor.py:870] " + OOM
-    a = feed([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore failed to start."])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
-    a = feed([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore encountered a fatal error."])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    assert decided([oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore failed to start."]) == (
+        "loading_unknown",
+        "message",
+    )
+    assert decided(
+        [oom, "(EngineCore pid=51) ERROR 05-03 00:18:17 [core.py:1136] EngineCore encountered a fatal error."]
+    ) == ("runtime_unknown", "message")
     # V0's API server, when its engine process died while starting
-    a = feed([oom, "RuntimeError: Engine process failed to start. See stack trace for the root cause."])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
+    assert decided([oom, "RuntimeError: Engine process failed to start. See stack trace for the root cause."]) == (
+        "loading_unknown",
+        "message",
+    )
 
 
 def test_ipython_and_jupyter_tracebacks_have_frames_too():
@@ -552,9 +548,7 @@ def test_the_model_being_built_layer_by_layer_or_loaded_parameter_by_parameter_i
         "(EngineCore_DP0 pid=1) ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: "
         + OOM
     )
-    a = feed([said])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("weight_loading", "message")
+    assert decided([said]) == ("weight_loading", "message")
 
 
 def test_the_source_line_under_a_frame_can_say_capture():
@@ -600,9 +594,7 @@ def test_a_progress_bar_after_an_undecided_failure_says_generation_was_under_way
     """tqdm redraws `LLM.generate`'s bar as the failure unwinds (close on exit), so it follows the traceback."""
     frames = traceback([("deepencoder/sam.py", "forward")])[1:]  # cut: no frame says when
     bar = "Processed prompts:   0%|          | 0/5 [00:00<?, ?it/s, est. speed input: 0.00 toks/s, output: 0.00 toks/s]"
-    a = feed([*frames, bar])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "serving")
+    assert decided([*frames, bar]) == ("runtime_unknown", "serving")
     a = feed(frames)  # without the bar nothing says serving: the prior
     a.flush()
     assert (a.first_oom.stage, a.first_oom.stage_evidence) == (UNDECIDED_STAGE, "none")
@@ -777,9 +769,7 @@ def test_tpu_buffer_allocation_failures_and_v0_profiling_results_are_read():
         ),
         OOM,
     ]
-    a = feed(v0)
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("kv_cache_alloc", "marker")
+    assert decided(v0) == ("kv_cache_alloc", "marker")
 
 
 def test_the_call_a_source_line_makes_names_the_frame_the_excerpt_cut_off():
@@ -793,9 +783,7 @@ def test_the_call_a_source_line_makes_names_the_frame_the_excerpt_cut_off():
         head + "    engine_core.run_busy_loop()",
         head + f'  File "{SITE}/vllm/v1/engine/co',
     ]
-    a = feed(lines)
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "frame")
+    assert decided(lines) == ("runtime_unknown", "frame")
     capture = [
         "Traceback (most recent call last):",
         f'  File "{SITE}/vllm/v1/worker/gpu_worker.py", line 3, in x',
@@ -1056,12 +1044,8 @@ def test_the_words_above_a_traceback_say_whether_the_engine_had_started():
     an undecided failure at the first quiet poll)."""
     core = "(EngineCore_0 pid=3001) ERROR 12-03 10:00:41 [core.py:718] "
     body = [core + line for line in traceback([("torch/nn/modules/module.py", "_call_impl")])]
-    a = feed([core + "EngineCore failed to start.", *body])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("loading_unknown", "message")
-    a = feed([core + "EngineCore encountered a fatal error.", *body])
-    a.flush()
-    assert (a.first_oom.stage, a.first_oom.stage_evidence) == ("runtime_unknown", "message")
+    assert decided([core + "EngineCore failed to start.", *body]) == ("loading_unknown", "message")
+    assert decided([core + "EngineCore encountered a fatal error.", *body]) == ("runtime_unknown", "message")
     a = feed(body)
     a.flush()
     assert a.first_oom.stage_evidence == "none"
