@@ -1079,3 +1079,65 @@ def test_a_scraped_servers_log_says_startup_when_nothing_places_a_failure():
     a.feed(LogLine(1, OOM))
     a.flush()
     assert (a.first_oom.stage, a.first_oom.phase) == ("runtime_unknown", "runtime")
+
+
+def test_another_librarys_logger_columns_are_peeled_and_its_level_kept():
+    """tt-metal logs through loguru (`TIME | LEVEL | module:function:line - message`) and its C++ logger
+    (`TIME | critical |          Always | message`) inside vLLM's processes: the failure is read under the columns,
+    and the level they carry decides advice from failure as vLLM's own level does."""
+    tt = "Out of Memory: Not enough space to allocate 499122176 B DRAM buffer across 12 banks (assert.hpp:103)"
+    assert decided([f"2025-10-01 22:09:37.644 | critical |          Always | {tt}"])[0] is not None
+    loguru = "2025-10-01 22:09:37.644 | {} | models.tt.generator:prefill_forward_text:119 - {}"
+    assert decided([loguru.format("ERROR   ", OOM)])[0] is not None
+    advice = "If you see CUDA out of memory, try lowering --max-num-seqs"
+    assert decided([loguru.format("WARNING ", advice)]) == (None, None)
+    assert decided([loguru.format("ERROR   ", advice)])[0] is not None  # the level is what tells them apart
+
+
+def test_ascends_runtime_memory_failure_is_read_inside_an_exception_message():
+    """CANN's "Memory_Allocation_Failure(EL0004)" and its trace "alloc device memory failed, runtime result =
+    207001" stand as indented lines of an exception's message under vLLM's prefix; a traceback's source line is
+    indented the same way and stays unread."""
+    pre = "(EngineCore_DP0 pid=10516) ERROR 12-03 12:16:41 [core.py:710] "
+    lines = [
+        f"{pre}EngineCore encountered a fatal error.",
+        f"{pre}        Possible Cause: Available memory is insufficient.",
+        f"{pre}        alloc device memory failed, runtime result = 207001[FUNC:ReportCallError][FILE:log_inner.cpp]",
+    ]
+    a = feed(lines)
+    a.flush()
+    assert a.first_oom is not None and a.first_oom.line == 3 and a.first_oom.cause == "device_oom"
+    assert a.first_oom.evidence.startswith("alloc device memory failed")
+    assert decided([f"{pre}        Memory_Allocation_Failure(EL0004): Failed to allocate memory."])[0] is not None
+    assert decided([f"{pre}    x = load(path)", f"{pre}        Possible Cause: Available memory is insufficient."]) == (
+        None,
+        None,
+    )
+
+
+def test_tenstorrents_prefill_and_decode_forward_name_the_step():
+    """Tenstorrent's model runner (vllm/worker/tt_model_runner.py in its fork) runs a step through the model's
+    `prefill_forward` or `decode_forward`: the frame, or the source line calling it when the excerpt cuts the frame."""
+    runner = "vllm/worker/tt_model_runner.py"
+    head = [f'  File "{SITE}/vllm/engine/multiprocessing/engine.py", line 1, in engine_step', "    x = y()"]
+    for func, step in (("prefill_forward", "prefill"), ("decode_forward", "decode")):
+        called = [*head, f'  File "{SITE}/{runner}", line 740, in _execute_model_single_step']
+        called += [f"    outputs = self.model.{func}(**execute_model_kwargs)"]
+        assert decided([OOM, "Traceback (most recent call last):", *called]) == (step, "frame")
+        framed = [*called, f'  File "{SITE}/models/generator.py", line 9, in {func}', "    x = y()"]
+        assert decided(["Traceback (most recent call last):", *framed, OOM])[0] == step
+    assert decided([OOM, "Traceback (most recent call last):", *head])[0] == "runtime_unknown"
+    # with nothing saying serving, the prior's runtime is told which step too (and says it is the prior)
+    bare = [f'  File "{SITE}/{runner}", line 740, in _execute_model_single_step', "    self.model.prefill_forward(x)"]
+    assert decided([OOM, "Traceback (most recent call last):", *bare]) == ("prefill", "none")
+
+
+def test_the_servers_entry_point_in_a_traceback_means_the_server_never_served():
+    """A traceback that left `vllm serve`'s own main (`bin/vllm`, `<module>`) is a startup's: once serving, an
+    engine's death ends uvicorn's loop through the launcher's shutdown handlers. A user's script's `<module>` is not."""
+    died = [OOM, "(APIServer pid=7) Traceback (most recent call last):"]
+    for path in ("/usr/local/bin/vllm", f"{SITE}/vllm/entrypoints/openai/api_server.py"):
+        entry = f'(APIServer pid=7)   File "{path}", line 10, in <module>'
+        assert decided([*died, entry]) == ("loading_unknown", "frame")
+    script = '(APIServer pid=7)   File "/home/me/bin/vllm_bench.py", line 10, in <module>'
+    assert decided([*died, script]) == (UNDECIDED_STAGE, "none")

@@ -145,7 +145,12 @@ OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
     r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
     r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
+    r"|Memory_Allocation_Failure|device memory failed"
 )
+# Ascend's CANN runtime (vllm-ascend): "Memory_Allocation_Failure(EL0004): Failed to allocate memory." over its own
+# trace "alloc device memory failed, runtime result = 207001" (ACL_ERROR_RT_MEMORY_ALLOCATION). An exception carries
+# them as lines of its message, indented under vLLM's prefix like a traceback's source lines: read there too.
+CANN_OOM = re.compile(r"Memory_Allocation_Failure\(EL0004\)|alloc(?:ate)? device memory failed")
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
@@ -161,7 +166,8 @@ OOM_SIGNATURE = re.compile(
     # Tenstorrent's allocator (tt-metal tt_metal/impl/allocator/bank_manager.cpp): "Out of Memory: Not enough space to
     # allocate {} B {} buffer across {} banks", raised through TT_FATAL/TT_THROW by its vLLM backend: the device's DRAM
     # (an L1 buffer is the cores' own SRAM, a kernel's configuration rather than memory headroom)
-    r"|Out of Memory: Not enough space to allocate \d+ B DRAM buffer)"
+    r"|Out of Memory: Not enough space to allocate \d+ B DRAM buffer"
+    r"|" + CANN_OOM.pattern + ")"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
     r"|is larger than the maximum number of tokens that can be stored in KV cache)"
@@ -482,6 +488,10 @@ STEP_FUNCS = {
     # only a step that computes prompt tokens carrying them
     "merge_multimodal_embeddings": "prefill",
     "_merge_multimodal_embeddings": "prefill",
+    # Tenstorrent's model runner (its vLLM fork, vllm/worker/tt_model_runner.py _execute_model_single_step) runs a
+    # step through the model's `prefill_forward` or `decode_forward` (tt-metal's generators)
+    "prefill_forward": "prefill",
+    "decode_forward": "decode",
 }
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
@@ -550,6 +560,10 @@ CODE_CALL = re.compile(r"\b(?P<func>[A-Za-z_]\w{3,60})\(")
 # transformers', not read.
 OFFLINE_CALL = re.compile(r"\b\w*(?:llm|LLM)\w*\.(?:generate|chat|encode|embed|classify|score|beam_search)\(")
 RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
+# The server's own entry point (`vllm serve`'s console script, `python -m vllm.entrypoints.openai.api_server`) in a
+# traceback: the failure left the server's main, which only a startup does (once serving, an engine's death ends
+# uvicorn's loop through the shutdown handlers of vllm/entrypoints/launcher.py, and main returns).
+SERVER_ENTRY_POINTS = ("/bin/vllm", "vllm/entrypoints/openai/api_server.py", "vllm/entrypoints/api_server.py")
 # FlashInfer's wrappers live in files of their own per step.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.

@@ -30,6 +30,10 @@ _WRAPPERS = re.compile(
     r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI timestamps
     r"|[ \t]*\| "  # a CI runner's or a table's bare column
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
+    # another library's logger in vLLM's processes: loguru's `LEVEL    | module:function:line - ` (tt-metal's
+    # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)
+    r"|(?P<foreign>(?i:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL|FATAL))[ \t]*\|[ \t]+(?:[A-Z][A-Za-z]{1,15}[ \t]*\| )?"
+    r"(?:[A-Za-z_][\w.]{0,120}:[\w<>]{1,80}:\d{1,6} - )?"
     r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "  # docker compose's service column
     r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste
     r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
@@ -53,6 +57,7 @@ class Record:
     source: str | None  # "core.py:396"
     message: str
     wrapped: bool = False  # a tag or wrapper stood in front: the line is a line start, not a continuation
+    foreign_level: str | None = None  # the level another library's logger wrote (loguru's, tt-metal's), upper case
 
     @property
     def vllm_shaped(self) -> bool:
@@ -99,6 +104,7 @@ def _peel(text: str) -> Record:
     pos = 0
     process: str | None = None
     rank: str | None = None
+    foreign: str | None = None
     peeled = False
     tagged = "pid=" in text[:400]
     for _ in range(_MAX_PEELS):
@@ -113,6 +119,8 @@ def _peel(text: str) -> Record:
                 m = _WRAPPERS.match(text, pos)
                 if m is None or m.end() == pos:
                     break
+                if m.group("foreign"):
+                    foreign = m.group("foreign").upper()
         pos = m.end()
         peeled = True
     level = time = source = None
@@ -132,4 +140,4 @@ def _peel(text: str) -> Record:
             pos = t.end()
     if process is None:
         process = rank
-    return Record(process, _dp_rank(process), level, time, source, text[pos:], peeled)
+    return Record(process, _dp_rank(process), level, time, source, text[pos:], peeled, foreign)

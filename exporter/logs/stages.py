@@ -51,7 +51,7 @@ TRIGGER_PATTERNS = (
     P.LAUNCH_COMMAND,
     P.SCHEDULER_DUMP,
 )
-TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.SERVING_PREFILL_FUNCS, *P.ENGINE_CONSTRUCTORS)
+TRIGGER_CALLS = (*P.FRAME_FUNCS, *P.STEP_FUNCS, *P.SERVING_PREFILL_FUNCS, *P.ENGINE_CONSTRUCTORS)
 # What else counts while a traceback's frames are open: the exception line that closes them.
 OPEN_FRAME_PATTERNS = (_EXCEPTION_LINE,)
 # Messages `_feed_text` returns on, whatever words they hold, unless they hold TRACEBACK_START: users' prompts.
@@ -297,6 +297,9 @@ class LogAnalyzer:
                 text = line.text.lstrip()
                 if len(line.text) - len(text) <= 8 and P.LINE_START.match(text):
                     return self._feed_text(LogLine(line.number, text, line.time, line.truncated))
+            if ("memory failed" in msg or "EL0004" in msg) and P.CANN_OOM.search(msg):
+                body = msg.lstrip()  # a line of the device runtime's message, not a traceback's source line
+                return self._memory_failure(rec, line, body, body)
             if 'File "' in msg:
                 self._frame_line(key, msg if first in " \t" else " " + msg)
             elif "graph" in msg and P.CAPTURE_CODE.search(msg):  # the source line of the frame above
@@ -401,11 +404,11 @@ class LogAnalyzer:
         m = P.OOM_SIGNATURE.search(text)
         if m is None or P.USER_TEXT.search(text, 0, m.start()):
             return []
-        level = rec.level
+        level = rec.level or rec.foreign_level
         if level is None and " - " in text[: m.start()]:
             foreign = P.FOREIGN_LEVEL.search(text, 0, m.start())
             level = foreign.group(1) if foreign is not None else None
-        if level in ("INFO", "DEBUG", "WARNING", "WARN"):
+        if level in ("INFO", "DEBUG", "WARNING", "WARN", "TRACE", "SUCCESS"):
             if P.RECOVERED.search(text):
                 return self._emit(
                     Event(
@@ -474,7 +477,7 @@ class LogAnalyzer:
             return
         for m in P.CODE_CALL.finditer(msg, 0, 400):
             func = m.group("func")
-            if func in P.FRAME_FUNCS or func in P.SERVING_PREFILL_FUNCS:
+            if func in P.FRAME_FUNCS or func in P.STEP_FUNCS or func in P.SERVING_PREFILL_FUNCS:
                 self._frame(key, "", func)
                 return
             if func in P.ENGINE_CONSTRUCTORS:
@@ -736,19 +739,20 @@ class LogAnalyzer:
         if ev is None:
             return
         if serving is not None and ev.stage_evidence == "none":
-            self._decide_pending("runtime_unknown", "serving", serving)
+            self._decide_pending(self._step_of(ev), "serving", serving)
         else:
             assert ev.stage is not None and ev.stage_evidence is not None and ev.confidence is not None
             # the engine's own words placed it (see _engine_words): better than nothing, short of a frame
             confidence = "medium" if ev.stage_evidence == "message" else ev.confidence
-            self._decide_pending(ev.stage, ev.stage_evidence, confidence)
+            stage = self._step_of(ev) if ev.stage == "runtime_unknown" else ev.stage  # a step frame says which
+            self._decide_pending(stage, ev.stage_evidence, confidence)
 
     def _decide_by_frames(self, frames: list[str]) -> bool:
         decided = _stage_from_frames(frames, self.epoch)
         if decided is not None:
             self._decide_pending(*decided)
         elif "runtime" in frames:
-            self._decide_pending("runtime_unknown", "frame", "medium")
+            self._decide_pending(self._runtime_step(None, frames)[0], "frame", "medium")
         elif "startup" in frames:
             self._decide_pending("loading_unknown", "frame", "medium")
         else:
@@ -1095,6 +1099,8 @@ def _named_methods(message: str) -> list[str]:
 @functools.lru_cache(maxsize=4096)  # pure in its arguments; a failing server repeats the same frames
 def _path_tag(path: str, func: str) -> str | None:
     """The tag of a frame whose function name alone says nothing: by where it stands (and what it is called there)."""
+    if func == "<module>":
+        return "startup" if path.endswith(P.SERVER_ENTRY_POINTS) else None
     step = next((s for p, s in P.STEP_PATHS if p in path), None)
     if step is not None:
         return step
