@@ -1,9 +1,10 @@
-"""What a paste adds (a viewer's line numbers, a terminal's hard wraps) is taken off; a log's own lines are not."""
+"""What a paste adds (a viewer's line numbers, a collector's label, a terminal's hard wraps) is taken off; a log's own
+lines are not."""
 
 from __future__ import annotations
 
 from exporter.logs.formats import LogLine
-from exporter.logs.pastes import find_wrap, unnumbered, unpasted
+from exporter.logs.pastes import common_label, find_wrap, unnumbered, unpasted
 
 PREFIX = "(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] "
 OOM = (
@@ -79,3 +80,33 @@ def test_a_fixed_width_table_is_not_a_wrapped_paste():
     log = [*smi.split("\n"), "Traceback (most recent call last):", code, "RuntimeError: CUDA error: out of memory"]
     assert find_wrap(log) is None
     assert texts(unpasted(lines(log))) == log
+
+
+TRACEBACK = [
+    f"{PREFIX}Traceback (most recent call last):",
+    '  File "/x/vllm/v1/engine/core.py", line 1, in run_busy_loop',
+    "    self._process_engine_step()",
+    OOM,
+]
+
+
+def test_a_collectors_label_on_every_line_is_found_up_to_its_end():
+    for label in ("vllm-7d9f8b7c5-x2x4z vllm ", "node-3: ", "\t", "    "):
+        assert common_label([label + t for t in TRACEBACK]) == label
+    # nine lines in ten carry it: a line the user typed above the log does not stop it
+    labelled = ["$ kubectl logs vllm-0", *(["node-3: " + t for t in TRACEBACK] * 3)]
+    assert common_label(labelled) == "node-3: "
+    assert texts(unpasted(lines(labelled)))[1:5] == TRACEBACK
+
+
+def test_vllms_own_prefix_a_timestamp_or_a_minoritys_label_is_never_taken():
+    own = [f"{PREFIX}{t.strip()}" for t in TRACEBACK]
+    assert common_label(own) is None  # a process tag and a level: vLLM's, read by the record parser
+    ranks = [f"[rank0]: {t}" for t in TRACEBACK]
+    assert common_label(ranks) is None
+    stamped = [f"2025-05-09T15:30:{10 + i}Z {t}" for i, t in enumerate(TRACEBACK)]
+    assert common_label(stamped) is None  # cut at its ':' the time would stop the lines reading
+    few = ["node-3: " + TRACEBACK[0], *TRACEBACK[1:], *TRACEBACK]
+    assert common_label(few) is None
+    prose = ["see below", "it fails", "after a while"]
+    assert common_label(["node-3: " + t for t in prose]) is None  # nothing reads either way: nothing says it is a label

@@ -20,6 +20,7 @@ import shutil
 import pytest
 
 from exporter.config import LogSource
+from exporter.logs.pastes import find_wrap, reads_as_line
 from exporter.logs.tailer import LogTailer
 from exporter.triage import triage_path, triage_stream
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
@@ -89,6 +90,40 @@ def test_a_paste_with_its_viewers_line_numbers_reads_as_without(style):
         if got[0] != got[1] or plain["oom_by_stage"] != pasted["oom_by_stage"]:
             changed.append(f"{e['file']}: {got[0]} -> {got[1]}")
     assert not changed, "\n".join(changed)
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "[pod/vllm-7d9f8b7c5-x2x4z/vllm] ",  # kubectl logs --prefix
+        "vllm-7d9f8b7c5-x2x4z vllm ",  # stern
+        "0: ",  # srun --label
+        "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
+        "[1,0]<stdout>:",  # mpirun --tag-output
+        "(task, pid=12345) ",  # SkyPilot
+        "\t",  # the whole excerpt indented inside a list
+    ],
+)
+def test_a_paste_a_collector_labelled_reads_as_without(label):
+    """Every line labelled alike by what collected the log: every dev log of two lines or more triages the same, but
+    for a paste a terminal wrapped (a collector labels lines before any terminal cuts them) and one in which no line reads as a log line
+    either way (nothing tells the label from the text)."""
+    changed, tried = [], 0
+    for e in ENTRIES:
+        if e["split"] != "dev":
+            continue
+        lines = (CORPUS / e["file"]).read_text(encoding="utf-8", errors="replace").split("\n")
+        if sum(bool(line.strip()) for line in lines) < 2:
+            continue  # one line: an indented one may be a source line (a label is sought over 3 lines or more)
+        if find_wrap(lines) is not None or not any(reads_as_line(line) for line in lines):
+            continue
+        tried += 1
+        labelled = [label + line if line else line for line in lines]
+        plain, pasted = (triage_stream("-", io.BytesIO("\n".join(t).encode())) for t in (lines, labelled))
+        got = [(r["first_oom"] or {}).get("stage") for r in (plain, pasted)]
+        if got[0] != got[1] or plain["oom_by_stage"] != pasted["oom_by_stage"]:
+            changed.append(f"{e['file']}: {got[0]} -> {got[1]}")
+    assert tried >= 250 and not changed, "\n".join(changed)
 
 
 @pytest.mark.parametrize("width", [80, 120, 160, 200])

@@ -105,8 +105,27 @@ def test_stage_frames_under_launcher_prefixes():
         "(APIServer pid=1) (EngineCore_DP0 pid=77) ",
         "2026-01-02T03:04:05.678Z ",
         "> ",
+        "[pod/vllm-7d9f8b7c5-x2x4z/vllm] ",  # kubectl logs --prefix
+        "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
+        "[1,0]<stdout>:",  # mpirun --tag-output
     ):
         assert stage_of(traceback(CAPTURE, prefix=prefix)) == ("graph_capture", "frame"), prefix
+
+
+def test_collectors_prefixes_are_peeled_to_vllms_own_record():
+    """What a collector writes in front of vLLM's line is peeled: the record underneath reads as without it."""
+    from exporter.logs.records import parse_record
+
+    line = "(EngineCore_DP0 pid=77) INFO 08-16 12:00:02 [gpu_worker.py:1] Available KV cache memory: 3.2 GiB"
+    own = parse_record(line)
+    for prefix in (
+        "[pod/vllm-7d9f8b7c5-x2x4z/vllm] ",  # kubectl logs --prefix
+        "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
+        "[1,0]<stdout>:",  # mpirun --tag-output
+        "vllm-1  | ",  # docker compose
+    ):
+        got = parse_record(prefix + line)
+        assert (got.process, got.level, got.source, got.message) == (own.process, own.level, own.source, own.message)
 
 
 def test_a_memory_error_relayed_inside_a_line_counts():

@@ -2,27 +2,31 @@
 
 A log file the daemon follows never carries these; a log copied out of a web viewer or a terminal does:
 - the viewer's line numbers in front of every line (`  12 | text`, `12: text`, `cat -n`'s `    12\ttext`);
+- a collector's label, the same in front of every line (stern's `pod container `, Slurm `srun --label`'s `0: `),
+  which the record parser has no pattern for;
 - the terminal's hard wraps: a line longer than the window split into pieces exactly as wide as it, the pieces
   after the first starting anywhere in the text (mid-word, mid-path), so neither the failure's words nor a frame's
   path reads whole.
-Both are recognised on the whole paste, never on one line (a log's own lines never count up one by one, and no line
+All are recognised on the whole paste, never on one line (a log's own lines never count up one by one, and no line
 of a wrapped paste is wider than its window), so a number or a long line in a real log is left as it is.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from exporter.logs.formats import LogLine
-from exporter.logs.patterns import LINE_OPENER
+from exporter.logs.patterns import LINE_OPENER, LINE_START
 from exporter.logs.records import parse_record
 
 _NUMBER = re.compile(r"[ \t]{0,6}(\d{1,6})(?:[ \t]*[|:][ \t]?|[ \t]+|$)")
 NUMBERED_SNIFF = 8
+LINE_OPENER_RE = re.compile(LINE_OPENER)
 # A terminal narrower than this wraps nearly every vLLM line (its prefix alone is ~60 characters): not seen pasted.
 MIN_WRAP_WIDTH = 60
 WRAP_SNIFF = 20_000  # lines read to find the window's width; a paste is far shorter
@@ -40,6 +44,60 @@ def unnumbered(lines: Iterable[LogLine]) -> Iterator[LogLine]:
     for line in itertools.chain(head, it):
         if numbered and (m := _NUMBER.match(line.text)) is not None:
             line = LogLine(line.number, line.text[m.end() :], line.time, line.truncated)
+        yield line
+
+
+PREFIX_SNIFF = 200  # lines read to find a label every line carries
+LABEL_CHARS = 120  # the longest label looked for
+_PREFIX_END = " \t:|]>"  # a label ends at one of these
+_FRAME_STARTS = ('  File "', "File ")  # Python's frame line, IPython's (`File <path>:<n>, in <func>(...)`)
+
+
+def reads_as_line(text: str) -> bool:
+    """The line reads as a log line: vLLM's prefix or a wrapper the parser knows, a line start, a traceback's
+    frame."""
+    rec = parse_record(text)
+    msg = rec.message
+    return rec.vllm_shaped or rec.wrapped or msg.startswith(_FRAME_STARTS) or bool(LINE_START.match(msg))
+
+
+def common_label(texts: list[str]) -> str | None:
+    """The label nearly every line begins with (nine in ten), up to a separator, that the record parser does not
+    peel: taken off, some lines read as log lines that did not and none stops reading as one. Never vLLM's own
+    prefix (a process or rank tag, a level): the shortest such label is the collector's (or the indentation of an
+    excerpt pasted inside a list or a quote)."""
+    lines = [t for t in texts if t.strip()]
+    indent = os.path.commonprefix(lines)
+    indent = indent[: len(indent) - len(indent.lstrip())]
+    if indent and len(lines) >= 2:
+        return indent  # every line indented alike: pasted inside a list or a quote (a log's own lines are not)
+    if len(lines) < 3:
+        return None
+    common = ""
+    for k in range(1, LABEL_CHARS):
+        head, n = Counter(t[:k] for t in lines).most_common(1)[0]
+        if n * 10 < len(lines) * 9 or len(head) < k:
+            break
+        common = head
+    group = [t for t in lines if t.startswith(common)]
+    for end in (i + 1 for i, c in enumerate(common) if c in _PREFIX_END):
+        label = common[:end]
+        if LINE_OPENER_RE.search(label) or "pid=" in label:
+            return None
+        read = [(reads_as_line(t), reads_as_line(t[end:])) for t in group]
+        if not any(before and not after for before, after in read) and any(after > before for before, after in read):
+            return label
+    return None
+
+
+def unlabelled(lines: Iterable[LogLine]) -> Iterator[LogLine]:
+    """The lines without the label a collector put in front of every one of them (see common_label)."""
+    it = iter(lines)
+    head = list(itertools.islice(it, PREFIX_SNIFF))
+    label = common_label([line.text for line in head])
+    for line in itertools.chain(head, it):
+        if label is not None and line.text.startswith(label):
+            line = LogLine(line.number, line.text[len(label) :], line.time, line.truncated)
         yield line
 
 
@@ -124,4 +182,4 @@ def unwrapped(lines: Iterable[LogLine]) -> Iterator[LogLine]:
 
 def unpasted(lines: Iterable[LogLine]) -> Iterator[LogLine]:
     """A pasted log's lines as the log held them."""
-    return unwrapped(unnumbered(lines))
+    return unwrapped(unlabelled(unnumbered(lines)))

@@ -80,8 +80,8 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
 ]
 # The command that launched the server, as a paste shows it above the log (`vllm serve`, `python -m
 # vllm.entrypoints.openai.api_server`, the same inside `docker run ...`): a startup begins. Read only on a line without
-# vLLM's prefix (a typed command has none; a running server's own lines may quote the command: model outputs with
-# --enable-log-outputs, hints).
+# vLLM's level (a typed command has none, though a launcher may tag it with a process, as SkyPilot's `(task, pid=N)`;
+# a running server's own lines may quote the command: model outputs with --enable-log-outputs, hints).
 LAUNCH_COMMAND = re.compile(r"(?:^|[\s$#>])vllm serve\s|-m vllm\.entrypoints\.(?:openai\.)?api_server\b")
 # Cheap test before the marker list: every marker contains one of these words.
 MARKER_HINT = re.compile(

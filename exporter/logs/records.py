@@ -30,6 +30,9 @@ _WRAPPERS = re.compile(
     r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI timestamps
     r"|[ \t]*\| "  # a CI runner's or a table's bare column
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
+    r"|[\w.-]{1,64} [\w./@-]{1,64}\[\d+\]: "  # journald's host and unit after an ISO time (`-o short-iso`)
+    r"|\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] "  # `kubectl logs --prefix`
+    r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"  # `mpirun --tag-output`
     # another library's logger in vLLM's processes: loguru's `LEVEL    | module:function:line - ` (tt-metal's
     # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)
     r"|(?P<foreign>(?i:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL|FATAL))[ \t]*\|[ \t]+(?:[A-Z][A-Za-z]{1,15}[ \t]*\| )?"

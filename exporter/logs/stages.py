@@ -349,7 +349,7 @@ class LogAnalyzer:
             self._engine_words(msg, rec.source)
         elif "EngineCore" in msg and (header := P.ENGINE_HEADER.search(msg)) is not None:
             self._header = (self.lines, header.group("never") is not None)
-        if not rec.vllm_shaped and "vllm" in msg and P.LAUNCH_COMMAND.search(msg):
+        if rec.level is None and "vllm" in msg and P.LAUNCH_COMMAND.search(msg):  # not a line vLLM logged
             return self._marker(line, line.time or rec.time, "server_start")
         if " out" in msg[-12:] and P.CUT_OOM.match(msg):
             self._hold_cut(rec, line)
