@@ -1160,3 +1160,94 @@ def test_the_servers_entry_point_in_a_traceback_means_the_server_never_served():
         assert decided([*died, entry]) == ("loading_unknown", "frame")
     script = '(APIServer pid=7)   File "/home/me/bin/vllm_bench.py", line 10, in <module>'
     assert decided([*died, script]) == (UNDECIDED_STAGE, "none")
+
+
+ALLOCATOR = (
+    "[rank3]:[W814 16:06:55.441716306 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 3 "
+    "while trying to allocate 3177185280 bytes (free: 1243414528, total: 85094825984)."
+)
+
+
+def test_the_caching_allocators_oom_warning_is_a_failure_only_when_an_error_follows():
+    """PyTorch's caching allocator warns when the device refuses it, frees its cache and tries again: an error right
+    after is the failure (counted once, at the warning); serving going on, or nothing more, means the retry worked."""
+    worker = "(Worker_TP1 pid=162486) ERROR 08-14 16:06:55 [multiproc_executor.py:1020] "
+    failed = feed([ALLOCATOR, f"{worker}WorkerProc hit an exception.", f"{worker}Traceback (most recent call last):"])
+    failed.flush()
+    assert failed.first_oom is not None and failed.first_oom.line == 1 and failed.counts["oom"] == 1
+    with_oom = feed([ALLOCATOR, "Traceback (most recent call last):", *traceback(LOAD)[1:]])
+    with_oom.flush()
+    assert with_oom.counts["oom"] == 1 and with_oom.first_oom.stage == "weight_loading"
+    stats = "(APIServer pid=1) INFO 08-16 12:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    for after in ([], [stats + "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs"]):
+        went_on = feed([ALLOCATOR, *after])
+        went_on.flush()
+        assert went_on.first_oom is None and len(went_on.recovered) == 1, after
+    quoted = "(APIServer pid=1) INFO 08-16 12:00:05 [logger.py:40] Received request x: prompt: '" + ALLOCATOR + "'"
+    assert decided([quoted, "Traceback (most recent call last):"]) == (None, None)
+
+
+def test_more_device_runtimes_words_for_memory_they_could_not_get():
+    """TPU's PjRt loading a compiled program ("Attempting to reserve"), torch_npu's "[Error]: Failed to apply for
+    memory." and CANN's older "EL0004: [PID: N] ... Failed to allocate memory."."""
+    for line in (
+        "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error loading program: Attempting to reserve 1.04G at "
+        "the bottom of memory. That was not possible. There are 905.37M free, 0B reserved, and 905.37M reservable.",
+        "[Error]: Failed to apply for memory.",
+        "EL0004: [PID: 316198] 2025-09-28-07:22:29.827.496 Failed to allocate memory.",
+    ):
+        assert decided([line])[0] is not None, line
+
+
+def test_a_diffusion_engines_warmup_run_and_torch_npus_failing_function_place_a_startup_failure():
+    """vllm-omni's DiffusionEngine warms up with a dummy request while it is built (vllm_omni/diffusion/
+    diffusion_engine.py `_dummy_run`); torch_npu's error names the function it failed in, `capture_begin` a capture."""
+    omni = [
+        ("vllm_omni/diffusion/diffusion_engine.py", "__init__"),
+        ("vllm_omni/diffusion/diffusion_engine.py", "_dummy_run"),
+    ]
+    cann = "Memory_Allocation_Failure(EL0004): Failed to allocate memory requested by GE module."
+    assert (
+        decided([*traceback(omni, last="RuntimeError: Dummy run failed: The Inner error is reported as above."), cann])[
+            0
+        ]
+        == "warmup"
+    )
+    pre = "(EngineCore_DP0 pid=357) ERROR 01-06 17:54:58 [model_runner_v1.py:3016] "
+    npu = "capture_begin:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:178 NPU function error: c10_npu::acl::"
+    npu += "AclmdlRICaptureBegin(capture_stream_, capture_mode), error code is 207005"
+    assert decided([pre + npu, pre + "[Error]: Failed to apply for memory."]) == ("graph_capture", "frame")
+    copy = npu.replace("capture_begin:", "operator():").replace("AclmdlRICaptureBegin", "aclnnInplaceCopy")
+    assert decided([pre + copy, pre + "[Error]: Failed to apply for memory."])[0] == UNDECIDED_STAGE
+
+
+def test_the_entry_point_never_overrides_the_engines_own_words_nor_a_dp_servers_watch():
+    """Newer launchers re-raise EngineDeadError out of `vllm serve`'s main once serving, and several API servers
+    (data parallel) raise "Process ... died" from wait_for_completion_or_failure, which runs only after the engines'
+    handshake (vllm/v1/utils.py): both tracebacks stand on the entry point's `<module>`, and both are serving's."""
+    oom = "(EngineCore pid=310) ERROR 09-05 01:24:33 [core.py:1190] " + OOM
+    entry = [
+        "(APIServer pid=1) Traceback (most recent call last):",
+        '(APIServer pid=1)   File "/usr/local/bin/vllm", line 10, in <module>',
+        "(APIServer pid=1)     sys.exit(main())",
+    ]
+    dead = "(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."
+    assert decided([oom, *entry, dead])[0] == "runtime_unknown"
+    watch = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/vllm", line 10, in <module>',
+        f'  File "{SITE}/vllm/entrypoints/cli/serve.py", line 282, in run_multi_api_server',
+        f'  File "{SITE}/vllm/v1/utils.py", line 276, in wait_for_completion_or_failure',
+        "RuntimeError: Process EngineCore_DP1 (PID: 2302) died with exit code 1",
+    ]
+    assert decided([oom, *watch])[0] == "runtime_unknown"
+    assert decided([oom, *entry]) == ("loading_unknown", "frame")  # alone, cut: the entry point still places it
+
+
+def test_tenstorrents_warmup_runs_its_decode_forward_at_startup():
+    """tt-metal's adapters capture their step traces in `warmup_model_prefill` / `warmup_model_decode`, which call
+    the same `decode_forward` that serving does: warm-up, not a decode step."""
+    tt = "Out of Memory: Not enough space to allocate 499122176 B DRAM buffer across 12 banks"
+    frames = [("models/tt_transformers/tt/generator_vllm.py", "warmup_model_decode")]
+    frames += [("models/tt_transformers/tt/generator.py", "decode_forward")]
+    assert decided(traceback(frames, last=tt))[0] == "warmup"

@@ -145,12 +145,17 @@ OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
     r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
     r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
-    r"|Memory_Allocation_Failure|device memory failed"
+    r"|EL0004|device memory failed|failed with OOM|Failed to apply for memory"
 )
-# Ascend's CANN runtime (vllm-ascend): "Memory_Allocation_Failure(EL0004): Failed to allocate memory." over its own
-# trace "alloc device memory failed, runtime result = 207001" (ACL_ERROR_RT_MEMORY_ALLOCATION). An exception carries
-# them as lines of its message, indented under vLLM's prefix like a traceback's source lines: read there too.
-CANN_OOM = re.compile(r"Memory_Allocation_Failure\(EL0004\)|alloc(?:ate)? device memory failed")
+# Ascend's CANN runtime (vllm-ascend): "Memory_Allocation_Failure(EL0004): Failed to allocate memory." (older: "EL0004:
+# [PID: N] <time> Failed to allocate memory.") over its own trace "alloc device memory failed, runtime result = 207001"
+# (ACL_ERROR_RT_MEMORY_ALLOCATION), and torch_npu's "[Error]: Failed to apply for memory." for the same error. An
+# exception carries them as lines of its message, indented under vLLM's prefix like a traceback's source lines: read
+# there too.
+CANN_OOM = re.compile(
+    r"Memory_Allocation_Failure\(EL0004\)|EL0004: .{0,80}?Failed to allocate memory|alloc(?:ate)? device memory failed"
+    r"|\[Error\]: Failed to apply for memory"
+)
 # The same failures where they stand inside a line: phrases only torch, the device runtimes and vLLM print.
 # `Tried to allocate N MiB` is torch's OOM message whose first words a pasted excerpt may have cut off.
 OOM_SIGNATURE = re.compile(
@@ -158,7 +163,7 @@ OOM_SIGNATURE = re.compile(
     # XLA on TPU: "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm", or PjRt's "RESOURCE_EXHAUSTED: Error
     # allocating device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
-    r"|Attempting to allocate)"
+    r"|Attempting to (?:allocate|reserve))"
     r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
@@ -218,6 +223,10 @@ USER_TEXT = re.compile(
 # vLLM catches some memory errors and goes on (an autotuner skipping a configuration, a fallback):
 # the line says so. Those are recovered memory events, never the failure.
 ADVISORY = re.compile(r"\b(?:avoid|may|might|could|prevent|consider|If you|to reduce)\b")
+# PyTorch's caching allocator when the device refused it (c10/cuda/CUDACachingAllocator.cpp, a `[W...]` warning): "memory
+# allocation failed with OOM on device N while trying to allocate B bytes (free: F, total: T)". It frees its cache and
+# tries once more, which often succeeds: a failure only when an error follows (LogAnalyzer._hold_allocator_oom).
+ALLOCATOR_OOM = re.compile(r"memory allocation failed with OOM on device \d+")
 RECOVERED = re.compile(r"[Ss]kipping|[Ff]alling back|[Ff]allback|[Rr]etrying|will retry|[Ii]gnor(?:e|ing)")
 # Libraries that log inside vLLM's processes in Python's default `%(asctime)s - %(levelname)s - ...` shape
 # (FlashInfer's autotuner: `2026-07-06 23:18:23,723 - WARNING - autotuner.py:1315 - flashinfer.jit: ...`): their
@@ -408,6 +417,11 @@ for _stage, _funcs in {
         "warming_up_model",
         "_warmup_model",
         "warm_up_model",
+        # tt-metal's model adapters, run from its vLLM plugin's warm-up (traces captured per step shape)
+        "warmup_model",
+        "warmup_model_prefill",
+        "warmup_model_decode",
+        "warmup_prefill_traces",
         "_warm_up_model",
         "kernel_warmup",
         "deep_gemm_warmup",
@@ -456,6 +470,9 @@ for _stage, _funcs in {
         "start_worker_execution_loop",
         # V1 AsyncLLM's output handler and V0 AsyncLLMEngine's background-loop callbacks (see ENGINE_WAS_RUNNING)
         "output_handler",
+        # `vllm serve` with several API servers (DP) watches its processes once the engines' handshake is done
+        # (vllm/v1/utils.py, from run_multi_api_server in vllm/entrypoints/cli/serve.py): "Process ... died"
+        "wait_for_completion_or_failure",
         "_log_task_completion",
         "_raise_exception_on_finish",
     ),
@@ -534,6 +551,9 @@ PATH_FUNCS = (
     ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"),
     # vllm-ascend's model runner prepares a scheduled step's requests here (execute_model); its dummy runs do not
     ("vllm_ascend/worker/model_runner", frozenset({"_process_reqs"}), "runtime"),
+    # vllm-omni's diffusion engine warms its model up with one dummy request while it is built (DiffusionEngine.__init__
+    # -> _dummy_run, "dummy run to warm up the model"; vllm_omni/diffusion/diffusion_engine.py)
+    ("vllm_omni/diffusion/", frozenset({"_dummy_run"}), "warmup"),
 )
 # vLLM's warm-up modules (vllm/model_executor/warmup/: kernel_warmup.py, deep_gemm_warmup.py), run from
 # compile_or_warm_up_model after the KV cache exists, whatever their helpers are called.
@@ -561,9 +581,14 @@ CODE_CALL = re.compile(r"\b(?P<func>[A-Za-z_]\w{3,60})\(")
 OFFLINE_CALL = re.compile(r"\b\w*(?:llm|LLM)\w*\.(?:generate|chat|encode|embed|classify|score|beam_search)\(")
 RPC_CODE = re.compile(r"\b(?:collective_rpc|_run_workers)\(\s*[\"'](?P<method>\w{1,80})[\"']")
 # The server's own entry point (`vllm serve`'s console script, `python -m vllm.entrypoints.openai.api_server`) in a
-# traceback: the failure left the server's main, which only a startup does (once serving, an engine's death ends
-# uvicorn's loop through the shutdown handlers of vllm/entrypoints/launcher.py, and main returns).
+# traceback: the failure left the server's main, which a startup does (once serving, an engine's death ends uvicorn's
+# loop through the shutdown handlers of vllm/entrypoints/launcher.py, and main returns, up to the latest releases).
+# Weak: it places only a failure nothing else placed, never over the engine's own words (newer launchers re-raise
+# EngineDeadError out of main; several API servers raise "Process ... died" from wait_for_completion_or_failure).
 SERVER_ENTRY_POINTS = ("/bin/vllm", "vllm/entrypoints/openai/api_server.py", "vllm/entrypoints/api_server.py")
+# torch_npu's error names the function it failed in, as a frame would (`capture_begin:build/CMakeFiles/torch_npu.dir/
+# compiler_depend.ts:178 NPU function error: c10_npu::acl::AclmdlRICaptureBegin(...), error code is 207005`).
+NPU_FUNCTION_ERROR = re.compile(r"(?:^|\s)(?P<func>[A-Za-z_]\w{2,60})(?:\(\))?:build/\S{1,200}:\d+ NPU function error:")
 # FlashInfer's wrappers live in files of their own per step.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
@@ -704,5 +729,8 @@ def number(text: str) -> float:
 # One search that says whether a line can matter at all; most lines of a busy log say no.
 # Gated by the literals its alternatives need (exporter/logs/prefilter.py): same answers, C-speed on quiet lines.
 ANY_HINT = LiteralGate(
-    re.compile("|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT)) + "|SchedulerOutput\\(")
+    re.compile(
+        "|".join(h.pattern for h in (OOM_HINT, EVENT_HINT, MARKER_HINT, FACT_HINT))
+        + "|SchedulerOutput\\(|NPU function error"
+    )
 )
