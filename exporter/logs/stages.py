@@ -30,8 +30,8 @@ MAX_EPOCHS = 64
 RELAY_LINES = 200  # how far below a traceback an error relaying it may stand and still use its frames
 ALLOCATOR_RETRY_LINES = 20  # how soon after the caching allocator's OOM warning an error says its retry failed too
 # A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say. A failed
-# startup leaves its lines or frames; in the real corpus's held-out sets scored since ho3 (tests/fixtures/real/), 13 of
-# the 16 failures that nothing placed had hit while serving.
+# startup leaves its lines or frames; in the real corpus's held-out sets (tests/fixtures/real/) ho3 to ho7, 13 of the 16
+# failures that nothing placed at their first score had hit while serving (ho9's three, all startup failures, had not).
 UNDECIDED_STAGE = "runtime_unknown"
 _LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
