@@ -215,6 +215,18 @@ def test_prefill_or_decode_from_frames_on_one_path_only():
     assert stage_of(ready + traceback(SERVING)) == ("runtime_unknown", "readiness")
 
 
+def test_a_step_name_other_code_uses_too_names_the_step_only_under_vllm():
+    """Hugging Face tokenizers' `_decode` runs in every detokenization, prefill steps' included."""
+    ready = ["INFO:     Application startup complete."]
+    tokenizer = SERVING + [("transformers/tokenization_utils_fast.py", "_decode")]
+    assert stage_of(ready + traceback(tokenizer)) == ("runtime_unknown", "readiness")
+    calling = ready + traceback(SERVING)
+    calling.insert(-1, "    text = self._decode(token_ids)")  # a calling line names no file
+    assert stage_of(calling) == ("runtime_unknown", "readiness")
+    backend = SERVING + [("vllm/attention/backends/some_backend.py", "_decode")]
+    assert stage_of(ready + traceback(backend)) == ("decode", "frame")
+
+
 def test_a_number_too_long_for_python_costs_one_line_not_the_log():
     poison = "INFO 08-16 12:00:01 [worker.py:1] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 1"
     a = feed(["INFO 08-16 12:00:00 [api_server.py:1] vLLM API server version 0.6.3", poison] + traceback(LOAD))

@@ -510,6 +510,9 @@ STEP_FUNCS = {
     "prefill_forward": "prefill",
     "decode_forward": "decode",
 }
+# Step names other code uses too (Hugging Face tokenizers' `_decode` runs in every detokenization): a step only in a
+# frame under a vLLM path, never from a calling line (which names no file).
+GENERIC_STEP_FUNCS = frozenset({"_prefill", "_decode"})
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
 # `has_context`; TurboQuant's _continuation_prefill in vllm/v1/attention/backends/turboquant_attn.py), V0's

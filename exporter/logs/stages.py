@@ -509,6 +509,8 @@ class LogAnalyzer:
             return
         for m in P.CODE_CALL.finditer(msg, 0, 400):
             func = m.group("func")
+            if func in P.GENERIC_STEP_FUNCS:
+                continue
             if func in P.FRAME_FUNCS or func in P.STEP_FUNCS or func in P.SERVING_PREFILL_FUNCS:
                 self._frame(key, "", func)
                 return
@@ -580,7 +582,9 @@ class LogAnalyzer:
                 frames += ["runtime", "prefill"]
             self._last_frame_key = key
             return
-        tag = P.FRAME_FUNCS.get(func) or P.STEP_FUNCS.get(func)
+        tag = P.FRAME_FUNCS.get(func)
+        if tag is None and (func not in P.GENERIC_STEP_FUNCS or "vllm" in path):
+            tag = P.STEP_FUNCS.get(func)
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
         elif tag is None:
