@@ -110,3 +110,15 @@ def test_vllms_own_prefix_a_timestamp_or_a_minoritys_label_is_never_taken():
     assert common_label(few) is None
     prose = ["see below", "it fails", "after a while"]
     assert common_label(["node-3: " + t for t in prose]) is None  # nothing reads either way: nothing says it is a label
+
+
+def test_two_lines_under_a_collectors_label_are_read_too():
+    """A two-line paste (a KV-sizing line and the failed start) carries its collector's label as surely as a long
+    one: both lines read as log lines only without it."""
+    two = [
+        "vllm-7d9f8b7c5-x2x4z vllm (EngineCore_DP0 pid=7) INFO 01-15 06:47:41 [worker_v1.py:270] Available memory: 0",
+        "vllm-7d9f8b7c5-x2x4z vllm (EngineCore_DP0 pid=7) ERROR 01-15 06:47:41 [core.py:843] EngineCore failed to start.",
+    ]
+    assert common_label(two) == "vllm-7d9f8b7c5-x2x4z vllm "
+    assert common_label(["node-3: see below", "node-3: it fails"]) is None  # nothing reads either way
+    assert common_label([two[0], "node-3 vllm " + two[1][26:]]) is None  # both lines must carry it

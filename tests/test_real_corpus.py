@@ -101,6 +101,7 @@ def test_a_paste_with_its_viewers_line_numbers_reads_as_without(style):
         "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
         "[1,0]<stdout>:",  # mpirun --tag-output
         "(task, pid=12345) ",  # SkyPilot
+        "[mineru] ",  # a service's name a launcher put in front
         "\t",  # the whole excerpt indented inside a list
     ],
 )
@@ -114,7 +115,7 @@ def test_a_paste_a_collector_labelled_reads_as_without(label):
             continue
         lines = (CORPUS / e["file"]).read_text(encoding="utf-8", errors="replace").split("\n")
         if sum(bool(line.strip()) for line in lines) < 2:
-            continue  # one line: an indented one may be a source line (a label is sought over 3 lines or more)
+            continue  # one line: an indented one may be a source line (a label is sought over 2 lines or more)
         if find_wrap(lines) is not None or not any(reads_as_line(line) for line in lines):
             continue
         tried += 1

@@ -123,9 +123,14 @@ def test_collectors_prefixes_are_peeled_to_vllms_own_record():
         "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
         "[1,0]<stdout>:",  # mpirun --tag-output
         "vllm-1  | ",  # docker compose
+        "[mineru] ",  # a service's name a launcher put in front
+        "[mineru] ^[[0;36m",  # ... and a colour code pasted as ^[
     ):
         got = parse_record(prefix + line)
         assert (got.process, got.level, got.source, got.message) == (own.process, own.level, own.source, own.message)
+    # a bracketed word that opens a message, not a vLLM line, stays in it
+    for text in ("[Gloo] Rank 0 is connected to 1 peer ranks.", "[Autotuner]: Skipping tactic 3", "[mineru] ready"):
+        assert parse_record(text).message == text
 
 
 def test_a_memory_error_relayed_inside_a_line_counts():
@@ -175,6 +180,13 @@ def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure
     # positive memory and a crash for another reason: no memory failure
     a = feed([lines[0].replace("-3.21", "3.21"), lines[1]])
     assert a.first_oom is None
+    # vllm-ascend's NPU worker says it in bytes, floored at zero (worker_v1.py determine_available_memory)
+    npu = (
+        "(EngineCore_DP0 pid=7) INFO 01-15 06:47:41 [worker_v1.py:270] Available memory: {}, total memory: 65452113920"
+    )
+    a = feed([npu.format(0), lines[1]])
+    assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.cause) == ("kv_cache_alloc", "kv_cache_negative")
+    assert feed([npu.format(31138512896), lines[1]]).first_oom is None
 
 
 def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():

@@ -71,7 +71,7 @@ def common_label(texts: list[str]) -> str | None:
     indent = indent[: len(indent) - len(indent.lstrip())]
     if indent and len(lines) >= 2:
         return indent  # every line indented alike: pasted inside a list or a quote (a log's own lines are not)
-    if len(lines) < 3:
+    if len(lines) < 2:
         return None
     common = ""
     for k in range(1, LABEL_CHARS):

@@ -700,6 +700,10 @@ KV_NEEDED = re.compile(
 KV_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
 KV_V0_TOKENS = re.compile(r"that can be stored in KV cache \((\d+)\)")
 KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
+# vllm-ascend's NPU worker (vllm_ascend/worker/worker_v1.py, determine_available_memory) says it in bytes, floored at
+# 0: "Available memory: 0, total memory: 65452113920"; vLLM then refuses to start ("No available memory for the cache
+# blocks", vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory)
+KV_MEMORY_BYTES = re.compile(r"^Available memory: (-?\d+), total memory: \d+$")
 KV_TOKENS = re.compile(r"KV cache size: " + NUM + r" tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for " + NUM + r" tokens per request: " + NUM + r"x")
 GPU_BLOCKS = re.compile(r"^# (?:GPU|\w+) blocks: (\d+)")
@@ -720,7 +724,7 @@ ENV_FACTS = {
 FACT_HINT = re.compile(
     r"version|Version|total capac|detected platform|GPU 0: |config:|non-default args|args: Namespace"
     r"|Starting to load|took|takes|KV cache|blocks:|Maximum concurrency|Graph capturing"
-    r"|total_gpu_memory"
+    r"|total_gpu_memory|Available memory: "
 )
 
 

@@ -31,7 +31,8 @@ RELAY_LINES = 200  # how far below a traceback an error relaying it may stand an
 ALLOCATOR_RETRY_LINES = 20  # how soon after the caching allocator's OOM warning an error says its retry failed too
 # A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say. A failed
 # startup leaves its lines or frames; in the real corpus's held-out sets (tests/fixtures/real/) ho3 to ho7, 13 of the 16
-# failures that nothing placed at their first score had hit while serving (ho9's three, all startup failures, had not).
+# failures that nothing placed at their first score had hit while serving (ho9's three, all startup failures, had not;
+# ho10's six, mostly one-line excerpts, were half and half): 16 of 25 in all.
 UNDECIDED_STAGE = "runtime_unknown"
 _LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
@@ -534,7 +535,8 @@ class LogAnalyzer:
                     self._decide_by_frames(frames)
 
     def _check_kv_negative(self, rec: Record, line: LogLine, when: str | None) -> list[Event]:
-        """`Available KV cache memory: -3.2 GiB`: the cache cannot be allocated; the failure follows."""
+        """`Available KV cache memory: -3.2 GiB` (vllm-ascend: `Available memory: 0, total memory: N`): the cache cannot
+        be allocated; the failure follows."""
         if P.NO_GPU_BLOCKS.match(rec.message) and not self.epoch.ready and "oom" not in self._open:
             # V0 sized the cache at zero blocks: the worker raises "No available memory for the cache blocks" next
             ev = Event(line.number, when, "oom", "kv_cache_alloc", "loading", _evidence(rec.message), rec.process)
@@ -545,7 +547,11 @@ class LogAnalyzer:
         if (
             self._kv_negative is None
             and negative
-            and ("KV cache memory" in rec.message or "for KV Cache" in rec.message)
+            and (
+                "KV cache memory" in rec.message
+                or "for KV Cache" in rec.message
+                or P.KV_MEMORY_BYTES.match(rec.message)
+            )
         ):
             self._kv_negative = Event(
                 line.number,
@@ -1209,6 +1215,7 @@ _SIMPLE_FACTS: list[tuple[re.Pattern[str], tuple[tuple[int, str, str, Callable[[
     (P.TORCH_COMPILE, ((1, "startup", "torch_compile_s", P.number, False),)),
     (P.PROFILE_TIME, ((1, "startup", "memory_profiling_s", P.number, False),)),
     (P.KV_MEMORY, ((1, "facts", "kv_cache_memory_gib", P.number, False),)),
+    (P.KV_MEMORY_BYTES, ((1, "facts", "kv_cache_memory_gib", lambda raw: int(raw) / 2**30, False),)),
     (P.KV_TOKENS, ((1, "facts", "kv_cache_tokens", _int, False),)),
     (P.MAX_CONCURRENCY, ((1, "facts", "max_model_len", _int, True), (2, "facts", "max_concurrency", P.number, False))),
     (P.GPU_BLOCKS, ((1, "facts", "gpu_blocks", int, False),)),
