@@ -237,6 +237,51 @@ def test_a_step_name_other_code_uses_too_names_the_step_only_under_vllm():
     assert stage_of(calling) == ("runtime_unknown", "readiness")
     backend = SERVING + [("vllm/attention/backends/some_backend.py", "_decode")]
     assert stage_of(ready + traceback(backend)) == ("decode", "frame")
+    # vLLM's own tokenizer helper (vllm/renderers/base.py) is no step either; model runner v2's speculators' are not
+    for path in ("vllm/renderers/base.py", "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"):
+        assert stage_of(ready + traceback(SERVING + [(path, "_decode")])) == ("runtime_unknown", "readiness"), path
+
+
+def test_frames_vllm_runs_at_every_stage_say_no_stage():
+    """Read from vLLM's source (and torch's, FlashInfer's): frames of compiled code and captured graphs running, not
+    being made, a FlashInfer function both its decode and prefill wrappers call, a torch.compile cache that shares the
+    KV cache's method name, per-request objects under the engine's folder, the serving classes built at startup."""
+    ready = ["INFO:     Application startup complete."]
+    for path, func in (
+        ("torch/cuda/graphs.py", "replay"),  # vllm/compilation/cuda_graph.py replays on every step
+        ("vllm/compilation/compiler_interface.py", "compiled_graph"),
+        ("torch/_inductor/codecache.py", "__call__"),  # CompiledFxGraph.__call__, torch 2.5
+        ("torch/_functorch/aot_autograd.py", "forward"),
+    ):
+        assert stage_of(traceback(SERVING + [(path, func)]))[0] == "runtime_unknown", (path, func)
+        assert (
+            stage_of(traceback(SERVING + [(path, "capture_begin" if "graphs" in path else "compile_fx")]))[0]
+            == "graph_capture"
+        ), path  # the same files while a graph is made
+    decode = SERVING + [("flashinfer/decode.py", "run"), ("flashinfer/prefill.py", "paged_run")]
+    assert stage_of(ready + traceback(decode)) == ("decode", "frame")
+    # torch.compile's artifact cache while compiling (graph capture's stage), not the worker's KV cache
+    assert stage_of(traceback([("vllm/compilation/backends.py", "initialize_cache")]))[0] == "graph_capture"
+    assert stage_of(traceback([("vllm/worker/worker.py", "initialize_cache")]))[0] == "kv_cache_alloc"
+
+    def settled(lines: list[str]) -> tuple[str | None, str | None]:  # what triage says once the log goes quiet
+        a = feed(lines)
+        a.flush()
+        return (a.first_oom.stage, a.first_oom.stage_evidence) if a.first_oom else (None, None)
+
+    per_request = [("vllm/v1/engine/output_processor.py", "__init__")]
+    assert settled(traceback(per_request)) == (UNDECIDED_STAGE, "none")
+    assert stage_of(traceback([("vllm/v1/engine/core.py", "__init__")]))[0] == "loading_unknown"
+    lora = [("vllm/entrypoints/openai/serving_models.py", "init_static_loras")]
+    assert settled(traceback(lora)) == (UNDECIDED_STAGE, "none")
+    assert stage_of(traceback([("vllm/entrypoints/openai/serving_chat.py", "create_chat_completion")]))[0] == (
+        "runtime_unknown"
+    )
+    # model runner v2's warm-up module (vLLM 0.20 on) and its KV-sizing prefill step
+    assert stage_of(traceback([("vllm/v1/worker/gpu/warmup.py", "_run_step")]))[0] == "warmup"
+    assert stage_of(traceback([("vllm/v1/worker/gpu/warmup.py", "run_kv_cache_sizing_warmup")]))[0] == (
+        "kv_cache_alloc"
+    )
 
 
 def test_a_number_too_long_for_python_costs_one_line_not_the_log():

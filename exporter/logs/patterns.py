@@ -409,6 +409,8 @@ for _stage, _funcs in {
         "memory_profiling",
         "_initialize_kv_cache",
         "init_cache_engine",
+        # model runner v2's prefill step run to size an extensible KV cache (vllm/v1/worker/gpu/warmup.py, 0.34)
+        "run_kv_cache_sizing_warmup",
     ),
     # V0 worker's _warm_up_model; V1 kernel warm-up before capture (vllm/model_executor/warmup/kernel_warmup.py:
     # kernel_warmup -> deep_gemm_warmup, flashinfer_autotune; "Warmup and tune the kernels")
@@ -426,8 +428,8 @@ for _stage, _funcs in {
         "kernel_warmup",
         "deep_gemm_warmup",
         "flashinfer_autotune",
-        # vllm/model_executor/warmup/kernel_warmup.py warmup_kernels: "Run two execute_model + sample_tokens
-        # iterations to JIT compile triton kernels", from compile_or_warm_up_model, after the KV cache exists
+        # model runner v2's warmup_kernels (vllm/v1/worker/gpu/warmup.py, vLLM 0.20 on): execute_model + sample_tokens
+        # on synthetic steps to JIT-compile kernels, from compile_or_warm_up_model, after the KV cache exists
         "warmup_kernels",
     ),
     "sampler": ("_dummy_sampler_run", "_dummy_pooler_run"),
@@ -510,9 +512,12 @@ STEP_FUNCS = {
     "prefill_forward": "prefill",
     "decode_forward": "decode",
 }
-# Step names other code uses too (Hugging Face tokenizers' `_decode` runs in every detokenization): a step only in a
-# frame under a vLLM path, never from a calling line (which names no file).
+# Step names other code uses too (Hugging Face tokenizers' `_decode` runs in every detokenization, and so do vLLM's own
+# tokenizer helpers: vllm/renderers/base.py, vllm/multimodal/processing.py, models' tokenizers; model runner v2's
+# speculators have `_prefill`/`_decode` draft phases that startup's dummy runs run too): a step only in a frame under an
+# attention or layer path of vLLM's, never from a calling line (which names no file).
 GENERIC_STEP_FUNCS = frozenset({"_prefill", "_decode"})
+GENERIC_STEP_PATHS = ("vllm/attention/", "vllm/v1/attention/", "vllm/model_executor/layers/")
 # Frames that exist only while a real request's prompt is computed, never in startup's dummy runs: a prefill chunk
 # over cached context (MLA's _compute_prefill_context in vllm/v1/attention/backends/mla/common.py runs only when
 # `has_context`; TurboQuant's _continuation_prefill in vllm/v1/attention/backends/turboquant_attn.py), V0's
@@ -542,6 +547,11 @@ COMPILE_PATHS = (
     "torch/_inductor/graph.py",
 )
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
+# ... but these functions of those files run compiled code or a captured graph on every forward, serving included:
+# vLLM's compiled_graph / compiled_graph_wrapper closures (vllm/compilation/compiler_interface.py), inductor's
+# CompiledFxGraph.__call__ (torch/_inductor/codecache.py, torch 2.5), aot_autograd's forward closure, and
+# CUDAGraph.replay (torch/cuda/graphs.py), which vLLM calls on every step that runs a captured graph.
+CALL_TIME_FUNCS = frozenset({"compiled_graph", "compiled_graph_wrapper", "__call__", "forward", "replay"})
 # Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
 # requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
 # run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
@@ -558,9 +568,10 @@ PATH_FUNCS = (
     # -> _dummy_run, "dummy run to warm up the model"; vllm_omni/diffusion/diffusion_engine.py)
     ("vllm_omni/diffusion/", frozenset({"_dummy_run"}), "warmup"),
 )
-# vLLM's warm-up modules (vllm/model_executor/warmup/: kernel_warmup.py, deep_gemm_warmup.py), run from
-# compile_or_warm_up_model after the KV cache exists, whatever their helpers are called.
-WARMUP_PATHS = ("vllm/model_executor/warmup/",)
+# vLLM's warm-up modules (vllm/model_executor/warmup/: kernel_warmup.py, deep_gemm_warmup.py; model runner v2's
+# vllm/v1/worker/gpu/warmup.py and the CPU runner's, from vLLM 0.20), run from compile_or_warm_up_model after the KV
+# cache exists, whatever their helpers are called (their synthetic steps run prefill and decode paths).
+WARMUP_PATHS = ("vllm/model_executor/warmup/", "vllm/v1/worker/gpu/warmup.py", "vllm/v1/worker/cpu/warmup.py")
 # V1's sampler. At startup it runs only inside `_dummy_sampler_run` (memory profiling, then the warm-up), so its frames
 # with nothing saying serving place a failure there; while serving they run for every step (the readiness decides).
 V1_SAMPLER_PATHS = ("vllm/v1/sample/",)
@@ -568,6 +579,9 @@ V1_SAMPLER_PATHS = ("vllm/v1/sample/",)
 MODULE_MOVE = ("torch/nn/modules/module.py", frozenset({"to", "_apply", "convert", "cuda", "xpu"}))
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
 V0_CAPTURE = ("capture", "vllm/worker/")
+# A name vLLM gives two things: `initialize_cache` under vllm/compilation/ (compiler_interface.py, backends.py, vLLM 0.9
+# on) sets up torch.compile's artifact cache while compiling, not the KV cache.
+COMPILE_CACHE_INIT = ("initialize_cache", "vllm/compilation/")
 # The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's
 # compilation/cuda_graph.py, compilation/backends.py and V0's model_runner.py capture inside it), also when the
 # failure hits in the model code run inside the `with`, below any torch/cuda/graphs.py frame.
@@ -592,8 +606,11 @@ SERVER_ENTRY_POINTS = ("/bin/vllm", "vllm/entrypoints/openai/api_server.py", "vl
 # torch_npu's error names the function it failed in, as a frame would (`capture_begin:build/CMakeFiles/torch_npu.dir/
 # compiler_depend.ts:178 NPU function error: c10_npu::acl::AclmdlRICaptureBegin(...), error code is 207005`).
 NPU_FUNCTION_ERROR = re.compile(r"(?:^|\s)(?P<func>[A-Za-z_]\w{2,60})(?:\(\))?:build/\S{1,200}:\d+ NPU function error:")
-# FlashInfer's wrappers live in files of their own per step.
+# FlashInfer's wrappers live in files of their own per step; but the decode wrapper vLLM builds (use_tensor_cores=True,
+# vllm/v1/attention/backends/flashinfer.py) runs the prefill module's `paged_run` (defined in flashinfer/prefill.py),
+# so that function says no step: its caller's file does.
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
+STEP_PATHS_SHARED = frozenset({"paged_run"})
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
 MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
@@ -602,7 +619,14 @@ MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
 ENGINE_CONSTRUCTORS = frozenset(
     {"EngineCoreProc", "DPEngineCoreProc", "EngineCore", "EngineCoreActor", "DPEngineCoreActor", "MQLLMEngine"}
 )
-# Whose `__init__` builds the engine, its executor or its workers: startup.
+# Whose `__init__` builds the engine, its executor or its workers: startup. Not the objects built per request in
+# those folders (V1's detokenizers, RequestState, ParentRequest, logprobs processors: ENGINE_REQUEST_FILES).
+ENGINE_REQUEST_FILES = (
+    "vllm/v1/engine/detokenizer.py",
+    "vllm/v1/engine/output_processor.py",
+    "vllm/v1/engine/parallel_sampling.py",
+    "vllm/v1/engine/logprobs.py",
+)
 ENGINE_PATHS = (
     "vllm/engine/",
     "vllm/v1/engine/",
@@ -617,6 +641,9 @@ SERVING_PATHS = (
     "vllm/entrypoints/openai/chat_completion/",
     "vllm/entrypoints/openai/completion/",
 )
+# ... except what the API server runs of them while it starts (init_app_state builds the serving classes and loads
+# --lora-modules through OpenAIServingModels.init_static_loras; vllm/entrypoints/openai/api_server.py)
+SERVING_STARTUP_FUNCS = frozenset({"__init__", "init_static_loras"})
 
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")

@@ -589,7 +589,9 @@ class LogAnalyzer:
             self._last_frame_key = key
             return
         tag = P.FRAME_FUNCS.get(func)
-        if tag is None and (func not in P.GENERIC_STEP_FUNCS or "vllm" in path):
+        if func == P.COMPILE_CACHE_INIT[0] and P.COMPILE_CACHE_INIT[1] in path:
+            tag = "compile"
+        if tag is None and (func not in P.GENERIC_STEP_FUNCS or any(p in path for p in P.GENERIC_STEP_PATHS)):
             tag = P.STEP_FUNCS.get(func)
         if tag is None and "repack" in func:
             tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
@@ -1151,7 +1153,7 @@ def _path_tag(path: str, func: str) -> str | None:
         return "startup" if path.endswith(P.SERVER_ENTRY_POINTS) else None
     step = next((s for p, s in P.STEP_PATHS if p in path), None)
     if step is not None:
-        return step
+        return None if func in P.STEP_PATHS_SHARED else step
     if func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
         return "graph_capture"
     named = next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)
@@ -1163,15 +1165,15 @@ def _path_tag(path: str, func: str) -> str | None:
         return "warmup"
     if any(p in path for p in P.V1_SAMPLER_PATHS):
         return "sampler_code"
-    if any(p in path for p in P.COMPILE_PATHS):
-        return "compile"
-    if any(p in path for p in P.CAPTURE_PATHS):
-        return "graph_capture"
-    if any(p in path for p in P.SERVING_PATHS):
+    if any(p in path for p in P.COMPILE_PATHS + P.CAPTURE_PATHS):
+        if func in P.CALL_TIME_FUNCS:
+            return None  # compiled code or a captured graph run, at any stage
+        return "compile" if any(p in path for p in P.COMPILE_PATHS) else "graph_capture"
+    if any(p in path for p in P.SERVING_PATHS) and func not in P.SERVING_STARTUP_FUNCS:
         return "runtime"
     if func == "__init__" and any(p in path for p in P.MODEL_PATHS):
         return "weight_loading"  # a model class being built
-    if func == "__init__" and any(p in path for p in P.ENGINE_PATHS):
+    if func == "__init__" and any(p in path for p in P.ENGINE_PATHS) and not path.endswith(P.ENGINE_REQUEST_FILES):
         return "startup"
     if any(p in path for p in P.CONSTRUCTION_PATHS):
         return "construction"
