@@ -277,6 +277,13 @@ def test_frames_vllm_runs_at_every_stage_say_no_stage():
     assert stage_of(traceback([("vllm/entrypoints/openai/serving_chat.py", "create_chat_completion")]))[0] == (
         "runtime_unknown"
     )
+    # vllm-ascend's SplitFuse mask: chosen for a chunked-prefill step by the model runner (up to v0.12), built for every
+    # step by the attention metadata builder (v0.13 on)
+    mask = ("vllm_ascend/attention/attention_mask.py", "get_splitfuse_attn_mask")
+    chosen = SERVING + [("vllm_ascend/worker/model_runner_v1.py", "_make_attention_mask"), mask]
+    every_step = SERVING + [("vllm_ascend/attention/attention_v1.py", "build"), mask]
+    assert stage_of(ready + traceback(chosen)) == ("prefill", "frame")
+    assert stage_of(ready + traceback(every_step)) == ("runtime_unknown", "readiness")
     # model runner v2's warm-up module (vLLM 0.20 on) and its KV-sizing prefill step
     assert stage_of(traceback([("vllm/v1/worker/gpu/warmup.py", "_run_step")]))[0] == "warmup"
     assert stage_of(traceback([("vllm/v1/worker/gpu/warmup.py", "run_kv_cache_sizing_warmup")]))[0] == (
@@ -982,6 +989,7 @@ def test_vllm_ascend_request_step_and_chunked_prefill_mask():
     steps = [
         ("vllm_ascend/worker/model_runner_v1.py", "execute_model"),
         ("vllm_ascend/worker/model_runner_v1.py", "_process_reqs"),
+        ("vllm_ascend/worker/model_runner_v1.py", "_make_attention_mask"),  # chose the chunked-prefill mask
         ("vllm_ascend/attention/attention_mask.py", "get_splitfuse_attn_mask"),
     ]
     npu = "RuntimeError: NPU out of memory. Tried to allocate 23.16 GiB (NPU 3; 60.96 GiB total capacity)"

@@ -501,8 +501,6 @@ STEP_FUNCS = {
     "chunk_gated_delta_rule": "prefill",
     "fused_recurrent_gated_delta_rule_fwd": "decode",
     "fused_recurrent_gated_delta_rule": "decode",
-    # vllm-ascend's model_runner_v1: the chunked-prefill ("SplitFuse") attention mask, built for a step with prompts
-    "get_splitfuse_attn_mask": "prefill",
     # a new prompt's image / audio embeddings merged into its token embeddings (vllm/model_executor/models/utils.py):
     # only a step that computes prompt tokens carrying them
     "merge_multimodal_embeddings": "prefill",
@@ -512,6 +510,10 @@ STEP_FUNCS = {
     "prefill_forward": "prefill",
     "decode_forward": "decode",
 }
+# vllm-ascend's chunked-prefill ("SplitFuse") attention mask says a step with prompts only where the model runner's
+# _make_attention_mask chose it for that state (model_runner_v1.py, up to v0.12); from v0.13 every step's attention
+# metadata builds it (attention/attention_v1.py AscendAttentionMetadataBuilder.build), decode steps' and dummy runs'.
+ASCEND_SPLITFUSE = ("get_splitfuse_attn_mask", "_make_attention_mask", "vllm_ascend/")
 # Step names other code uses too (Hugging Face tokenizers' `_decode` runs in every detokenization, and so do vLLM's own
 # tokenizer helpers: vllm/renderers/base.py, vllm/multimodal/processing.py, models' tokenizers; model runner v2's
 # speculators have `_prefill`/`_decode` draft phases that startup's dummy runs run too): a step only in a frame under an

@@ -591,6 +591,8 @@ class LogAnalyzer:
         tag = P.FRAME_FUNCS.get(func)
         if func == P.COMPILE_CACHE_INIT[0] and P.COMPILE_CACHE_INIT[1] in path:
             tag = "compile"
+        elif func in P.ASCEND_SPLITFUSE[:2]:
+            tag = _ascend_mask_tag(func, path, self._frames.get(key))
         if tag is None and (func not in P.GENERIC_STEP_FUNCS or any(p in path for p in P.GENERIC_STEP_PATHS)):
             tag = P.STEP_FUNCS.get(func)
         if tag is None and "repack" in func:
@@ -1144,6 +1146,15 @@ def _named_methods(message: str) -> list[str]:
         if tag is not None:
             tags.append(tag)
     return tags
+
+
+def _ascend_mask_tag(func: str, path: str, frames: list[str] | None) -> str | None:
+    """vllm-ascend's SplitFuse mask: a prefill step when built right under the model runner's choice of mask (up to
+    v0.12), no step when every step's metadata builds it (v0.13 on); see patterns.ASCEND_SPLITFUSE."""
+    mask, chooser, where = P.ASCEND_SPLITFUSE
+    if func == chooser:
+        return "mask_choice" if where in path else None
+    return "prefill" if frames and frames[-1] == "mask_choice" else None
 
 
 @functools.lru_cache(maxsize=4096)  # pure in its arguments; a failing server repeats the same frames
