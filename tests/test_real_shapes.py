@@ -108,6 +108,7 @@ def test_stage_frames_under_launcher_prefixes():
         "[pod/vllm-7d9f8b7c5-x2x4z/vllm] ",  # kubectl logs --prefix
         "2025-05-09T15:30:16+0000 gpu-node-1 vllm[1234]: ",  # journalctl -o short-iso
         "[1,0]<stdout>:",  # mpirun --tag-output
+        "[mineru] ",  # a service's name a launcher put in front: its frame lines too
     ):
         assert stage_of(traceback(CAPTURE, prefix=prefix)) == ("graph_capture", "frame"), prefix
 
@@ -128,6 +129,9 @@ def test_collectors_prefixes_are_peeled_to_vllms_own_record():
     ):
         got = parse_record(prefix + line)
         assert (got.process, got.level, got.source, got.message) == (own.process, own.level, own.source, own.message)
+    # ... and a traceback's frame and exception lines under it, written to stderr without vLLM's prefix
+    for text in ('  File "/x/vllm/v1/engine/core.py", line 1, in run', "torch.OutOfMemoryError: CUDA out of memory."):
+        assert parse_record("[mineru] " + text).message == parse_record(text).message
     # a bracketed word that opens a message, not a vLLM line, stays in it
     for text in ("[Gloo] Rank 0 is connected to 1 peer ranks.", "[Autotuner]: Skipping tactic 3", "[mineru] ready"):
         assert parse_record(text).message == text
@@ -187,6 +191,12 @@ def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure
     a = feed([npu.format(0), lines[1]])
     assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.cause) == ("kv_cache_alloc", "kv_cache_negative")
     assert feed([npu.format(31138512896), lines[1]]).first_oom is None
+    # a model without attention layers needs no KV cache: vLLM checks the memory only for a KV-cache spec, and the
+    # engine goes on (its `init engine` line); a crash after that is not the cache's
+    sized = "(EngineCore_DP0 pid=7) INFO 01-15 06:47:44 [core.py:1] init engine (profile, create kv cache, warmup model) took 3.10 seconds"
+    for first in (npu.format(0), lines[0]):
+        a = feed([first, sized, lines[1]])
+        assert a.first_oom is None and a.counts["engine_crash"] == 1, first
 
 
 def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():
@@ -258,6 +268,8 @@ def test_frames_vllm_runs_at_every_stage_say_no_stage():
             stage_of(traceback(SERVING + [(path, "capture_begin" if "graphs" in path else "compile_fx")]))[0]
             == "graph_capture"
         ), path  # the same files while a graph is made
+    # dynamo's frame callback (ConvertFrame.__call__) runs only to compile: the same name in another file says compiling
+    assert stage_of(traceback([("torch/_dynamo/convert_frame.py", "__call__")]))[0] == "graph_capture"
     decode = SERVING + [("flashinfer/decode.py", "run"), ("flashinfer/prefill.py", "paged_run")]
     assert stage_of(ready + traceback(decode)) == ("decode", "frame")
     # torch.compile's artifact cache while compiling (graph capture's stage), not the worker's KV cache

@@ -553,7 +553,12 @@ CAPTURE_PATHS = ("torch/cuda/graphs.py",)
 # vLLM's compiled_graph / compiled_graph_wrapper closures (vllm/compilation/compiler_interface.py), inductor's
 # CompiledFxGraph.__call__ (torch/_inductor/codecache.py, torch 2.5), aot_autograd's forward closure, and
 # CUDAGraph.replay (torch/cuda/graphs.py), which vLLM calls on every step that runs a captured graph.
-CALL_TIME_FUNCS = frozenset({"compiled_graph", "compiled_graph_wrapper", "__call__", "forward", "replay"})
+CALL_TIME_FUNCS = (
+    ("vllm/compilation/compiler_interface.py", frozenset({"compiled_graph", "compiled_graph_wrapper"})),
+    ("torch/_inductor/codecache.py", frozenset({"__call__"})),  # dynamo's ConvertFrame.__call__ compiles: not it
+    ("torch/_functorch/aot_autograd.py", frozenset({"forward"})),
+    ("torch/cuda/graphs.py", frozenset({"replay"})),
+)
 # Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
 # requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
 # run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.

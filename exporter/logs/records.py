@@ -33,7 +33,8 @@ _WRAPPERS = re.compile(
     r"|[\w.-]{1,64} [\w./@-]{1,64}\[\d+\]: "  # journald's host and unit after an ISO time (`-o short-iso`)
     r"|\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] "  # `kubectl logs --prefix`
     # a service's name in brackets that a launcher or supervisor put in front (`[mineru] `), before a vLLM line start
-    r"|\[[A-Za-z][\w.-]{0,62}\] (?=(?:\^\[|\x1b)?\[[0-9;]{1,12}m|\(\w[^()\n]{0,80}? pid=\d|" + _LEVEL + r"\s|Traceback)"
+    r"|\[[A-Za-z][\w.-]{0,62}\] (?=(?:\^\[|\x1b)?\[[0-9;]{1,12}m|\(\w[^()\n]{0,80}? pid=\d|" + _LEVEL + r"\s|Traceback"
+    r"|\s*File \"|[\w.]*(?:Error|Exception)\b)"
     r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"  # `mpirun --tag-output`
     # another library's logger in vLLM's processes: loguru's `LEVEL    | module:function:line - ` (tt-metal's
     # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)

@@ -542,7 +542,14 @@ class LogAnalyzer:
             ev = Event(line.number, when, "oom", "kv_cache_alloc", "loading", _evidence(rec.message), rec.process)
             ev.cause, ev.stage_evidence, ev.confidence = "kv_cache_insufficient", "message", "high"
             return self._count_oom(ev)
-        kv = self.epoch.facts.get("kv_cache_memory_gib")
+        ep = self.epoch
+        if self._kv_negative is not None and (
+            ep.kv_sized or ep.startup.get("engine_init_s") is not None or ep.startup.get("graph_capture_s") is not None
+        ):
+            # the cache was sized after all (a model without attention layers needs none: vLLM checks the memory only
+            # for a KV-cache spec, vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory): no failure to come
+            self._kv_negative = None
+        kv = ep.facts.get("kv_cache_memory_gib")
         negative = isinstance(kv, (int, float)) and kv <= 0
         if (
             self._kv_negative is None
@@ -1177,7 +1184,7 @@ def _path_tag(path: str, func: str) -> str | None:
     if any(p in path for p in P.V1_SAMPLER_PATHS):
         return "sampler_code"
     if any(p in path for p in P.COMPILE_PATHS + P.CAPTURE_PATHS):
-        if func in P.CALL_TIME_FUNCS:
+        if any(func in funcs and p in path for p, funcs in P.CALL_TIME_FUNCS):
             return None  # compiled code or a captured graph run, at any stage
         return "compile" if any(p in path for p in P.COMPILE_PATHS) else "graph_capture"
     if any(p in path for p in P.SERVING_PATHS) and func not in P.SERVING_STARTUP_FUNCS:
