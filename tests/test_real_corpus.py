@@ -2,14 +2,15 @@
 
 The figures are printed by `make triage-score` (python -m tests.real_corpus). The dev split (what the analyzer
 was tuned on) must meet the issue's bar: phase >= 97 %, stage >= 90 %, no false OOM. The held-out split is scored,
-never tuned on. Seven held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
+never tuned on. Ten held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
 excerpts: phase 90.0 %, stage 85.0 %), `ho2-` (33: 90.9 %, 90.9 %), `ho3-` (39: 82.1 %, 74.4 %, 1/23 failures
 missed), `ho4-` (30: 96.7 %, 83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed), `ho6-` (23: 100.0 %,
-95.7 %, none missed) and `ho7-` (26: 80.8 %, 80.8 %, none missed). The held-out split now is `ho8-` (22 excerpts from
-threads none of the others use, gathered by people who never saw the analyzer's tuning, scored once after it ended):
-phase 86.4 %, stage 81.8 %, 2/6 failures missed, 0/16 false OOMs. All eight first scores pooled (236 excerpts): phase
-89.0 %, stage 84.3 %. The issue's bar is not met on it; its floors below are regression guards at what it measured,
-not the bar; tuning on it would make it dev.
+95.7 %, none missed), `ho7-` (26: 80.8 %, 80.8 %, none missed), `ho8-` (22: 86.4 %, 81.8 %, 2/6 missed), `ho9-` (30:
+80.0 %, 80.0 %) and `ho10-` (35: 88.6 %, 85.7 %, 1/14 missed). The held-out split now is `ho11-` (33 excerpts from
+threads none of the others use, gathered by people who never saw the analyzer's tuning, scored once after it ended,
+at 005a1a7): phase 81.8 %, stage 81.8 %, 0/9 failures missed, 0/24 false OOMs. All eleven first scores pooled (334
+excerpts): phase 87.4 %, stage 83.8 %. The issue's bar is not met on it; its floors below are regression guards at
+what it measured, not the bar; tuning on it would make it dev.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import shutil
 import pytest
 
 from exporter.config import LogSource
-from exporter.logs.pastes import find_wrap, reads_as_line
+from exporter.logs.formats import read_lines
+from exporter.logs.pastes import find_wrap, reads_as_line, unpasted
 from exporter.logs.tailer import LogTailer
 from exporter.triage import triage_path, triage_stream
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
-BAR = {"dev": (0.97, 0.90), "heldout": (0.86, 0.81)}  # (phase, stage); held out: see the docstring
+BAR = {"dev": (0.97, 0.90), "heldout": (0.81, 0.81)}  # (phase, stage); held out: see the docstring
 
 
 def test_the_corpus_is_large_and_varied_enough_to_mean_something():
@@ -53,13 +55,22 @@ def test_triage_holds_on_real_logs(split):
 
 
 def test_the_daemons_counter_agrees_with_triage_on_every_real_log(tmp_path):
-    """Fed through the tailer as the daemon reads it, each log counts OOMs under the stages triage names."""
+    """Fed through the tailer as the daemon reads it, each log counts OOMs under the stages triage names. A paste's own
+    marks (a viewer's line numbers, a terminal's wraps, an indent or label on every line) are taken off by triage's
+    paste reader before its analyzer; a live log the daemon follows has none, so such an excerpt is fed to the tailer
+    as the paste reader reads it."""
     disagreements = []
     for e in ENTRIES:
         path = tmp_path / e["file"]
         shutil.copyfile(CORPUS / e["file"], path)
+        with open(CORPUS / e["file"], "rb") as f:
+            fmt, raw_lines = read_lines(f)
+            lines = list(raw_lines)
+        read = [line.text for line in unpasted(lines)]
+        if fmt == "plain" and read != [line.text for line in lines]:
+            path.write_text("\n".join(read), encoding="utf-8")
         with open(path, "ab") as f:  # a live log's last line counts once its newline is written
-            if path.stat().st_size and (CORPUS / e["file"]).read_bytes()[-1:] != b"\n":
+            if path.stat().st_size and path.read_bytes()[-1:] != b"\n":
                 f.write(b"\n")
         tailer = LogTailer("s", LogSource(str(path)), None)
         while tailer.poll():
