@@ -171,3 +171,11 @@ def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):
     assert main(["--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("dev") and out[1].startswith("heldout")
+
+
+def test_a_reserved_set_is_never_scored():
+    """The next held-out set waits in `reserve`, labelled but unscored (shown on dev entries relabelled)."""
+    base = [e for e in ENTRIES if e["split"] == "dev"][:10]
+    moved = [dict(e, split="reserve") if i % 2 else e for i, e in enumerate(base)]
+    assert (score("dev", moved).total, score("heldout", moved).total) == (5, 0)
+    assert load_labels() == ENTRIES  # reserve entries pass the same checks as the others

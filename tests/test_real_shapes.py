@@ -237,7 +237,7 @@ def test_prefill_or_decode_from_frames_on_one_path_only():
     assert stage_of(ready + traceback(SERVING)) == ("runtime_unknown", "readiness")
 
 
-def test_a_step_name_other_code_uses_too_names_the_step_only_under_vllm():
+def test_a_step_name_other_code_uses_too_names_the_step_only_on_vllms_attention_paths():
     """Hugging Face tokenizers' `_decode` runs in every detokenization, prefill steps' included."""
     ready = ["INFO:     Application startup complete."]
     tokenizer = SERVING + [("transformers/tokenization_utils_fast.py", "_decode")]

@@ -1158,7 +1158,7 @@ def _named_methods(message: str) -> list[str]:
 def _ascend_mask_tag(func: str, path: str, frames: list[str] | None) -> str | None:
     """vllm-ascend's SplitFuse mask: a prefill step when built right under the model runner's choice of mask (up to
     v0.12), no step when every step's metadata builds it (v0.13 on); see patterns.ASCEND_SPLITFUSE."""
-    mask, chooser, where = P.ASCEND_SPLITFUSE
+    _, chooser, where = P.ASCEND_SPLITFUSE
     if func == chooser:
         return "mask_choice" if where in path else None
     return "prefill" if frames and frames[-1] == "mask_choice" else None
