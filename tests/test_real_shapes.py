@@ -920,6 +920,13 @@ def test_offline_generation_and_speculative_drafting_frames_mean_serving():
         ("vllm/model_executor/layers/logits_processor.py", "forward"),
     ]
     assert stage_of(traceback(user)) == ("runtime_unknown", "frame")
+    for path, func in (
+        ("vllm/entrypoints/pooling/offline.py", "embed"),
+        ("vllm/entrypoints/generate/beam_search/offline.py", "beam_search"),
+    ):
+        assert stage_of(traceback([("test.py", "<module>"), (path, func)])) == ("runtime_unknown", "frame"), (
+            path
+        )  # 0.34
     drafter = [
         ("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"),
         ("vllm/v1/spec_decode/eagle.py", "propose"),

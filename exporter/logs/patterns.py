@@ -568,6 +568,10 @@ PATH_FUNCS = (
         frozenset({"generate", "chat", "encode", "embed", "classify", "score", "reward", "beam_search"}),
         "runtime",
     ),
+    # where vLLM 0.34 moved the offline pooling calls and beam search (vllm/entrypoints/pooling/offline.py,
+    # vllm/entrypoints/generate/beam_search/offline.py)
+    ("vllm/entrypoints/pooling/offline.py", frozenset({"encode", "embed", "classify", "score", "reward"}), "runtime"),
+    ("vllm/entrypoints/generate/beam_search/offline.py", frozenset({"beam_search"}), "runtime"),
     ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"),
     # vllm-ascend's model runner prepares a scheduled step's requests here (execute_model); its dummy runs do not
     ("vllm_ascend/worker/model_runner", frozenset({"_process_reqs"}), "runtime"),
