@@ -549,35 +549,59 @@ COMPILE_PATHS = (
     "torch/_inductor/graph.py",
 )
 CAPTURE_PATHS = ("torch/cuda/graphs.py",)
-# ... but these functions of those files run compiled code or a captured graph on every forward, serving included:
-# vLLM's compiled_graph / compiled_graph_wrapper closures (vllm/compilation/compiler_interface.py), inductor's
-# CompiledFxGraph.__call__ (torch/_inductor/codecache.py, torch 2.5), aot_autograd's forward closure, and
-# CUDAGraph.replay (torch/cuda/graphs.py), which vLLM calls on every step that runs a captured graph.
-CALL_TIME_FUNCS = (
-    ("vllm/compilation/compiler_interface.py", frozenset({"compiled_graph", "compiled_graph_wrapper"})),
-    ("torch/_inductor/codecache.py", frozenset({"__call__"})),  # dynamo's ConvertFrame.__call__ compiles: not it
-    ("torch/_functorch/aot_autograd.py", frozenset({"forward"})),
-    ("torch/cuda/graphs.py", frozenset({"replay"})),
-)
-# Names too common to read anywhere but in one file: (path part, functions, tag). The offline LLM's calls that run
-# requests (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/,
-# run for real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
-PATH_FUNCS = (
+# What a function says in one file, whatever its name says elsewhere: (path parts, functions, tag), read before the name
+# tables above and the path rules below; tag None: the frame says no stage. The offline LLM's calls that run requests
+# (vllm/entrypoints/llm.py: generate, chat, ...) and the speculative drafter's propose (vllm/v1/spec_decode/, run for
+# real requests' steps; startup runs the drafter's dummy_run instead) exist only while serving.
+PATH_FUNCS: tuple[tuple[tuple[str, ...], frozenset[str], str | None], ...] = (
     (
-        "vllm/entrypoints/llm.py",
+        ("vllm/entrypoints/llm.py",),
         frozenset({"generate", "chat", "encode", "embed", "classify", "score", "reward", "beam_search"}),
         "runtime",
     ),
     # where vLLM 0.34 moved the offline pooling calls and beam search (vllm/entrypoints/pooling/offline.py,
     # vllm/entrypoints/generate/beam_search/offline.py)
-    ("vllm/entrypoints/pooling/offline.py", frozenset({"encode", "embed", "classify", "score", "reward"}), "runtime"),
-    ("vllm/entrypoints/generate/beam_search/offline.py", frozenset({"beam_search"}), "runtime"),
-    ("vllm/v1/spec_decode/", frozenset({"propose"}), "runtime"),
+    (
+        ("vllm/entrypoints/pooling/offline.py",),
+        frozenset({"encode", "embed", "classify", "score", "reward"}),
+        "runtime",
+    ),
+    (("vllm/entrypoints/generate/beam_search/offline.py",), frozenset({"beam_search"}), "runtime"),
+    (("vllm/v1/spec_decode/",), frozenset({"propose"}), "runtime"),
     # vllm-ascend's model runner prepares a scheduled step's requests here (execute_model); its dummy runs do not
-    ("vllm_ascend/worker/model_runner", frozenset({"_process_reqs"}), "runtime"),
+    (("vllm_ascend/worker/model_runner",), frozenset({"_process_reqs"}), "runtime"),
     # vllm-omni's diffusion engine warms its model up with one dummy request while it is built (DiffusionEngine.__init__
     # -> _dummy_run, "dummy run to warm up the model"; vllm_omni/diffusion/diffusion_engine.py)
-    ("vllm_omni/diffusion/", frozenset({"_dummy_run"}), "warmup"),
+    (("vllm_omni/diffusion/",), frozenset({"_dummy_run"}), "warmup"),
+    # compiled code and captured graphs run, at every stage, serving included, by these functions of COMPILE_PATHS'
+    # and CAPTURE_PATHS' files: vLLM's compiled_graph / compiled_graph_wrapper closures, inductor's
+    # CompiledFxGraph.__call__ (torch 2.5; dynamo's ConvertFrame.__call__ compiles: not it), aot_autograd's forward
+    # closure, and CUDAGraph.replay, which vLLM calls on every step that runs a captured graph
+    (("vllm/compilation/compiler_interface.py",), frozenset({"compiled_graph", "compiled_graph_wrapper"}), None),
+    (("torch/_inductor/codecache.py",), frozenset({"__call__"}), None),
+    (("torch/_functorch/aot_autograd.py",), frozenset({"forward"}), None),
+    (("torch/cuda/graphs.py",), frozenset({"replay"}), None),
+    # the decode wrapper vLLM builds (use_tensor_cores=True, vllm/v1/attention/backends/flashinfer.py) runs the prefill
+    # module's `paged_run`, defined in flashinfer/prefill.py: that function says no step (its caller's file does)
+    (("flashinfer/prefill.py",), frozenset({"paged_run"}), None),
+    # `initialize_cache` under vllm/compilation/ (compiler_interface.py, backends.py, vLLM 0.9 on) sets up
+    # torch.compile's artifact cache while compiling, not the KV cache
+    (("vllm/compilation/",), frozenset({"initialize_cache"}), "compile"),
+    # objects built per request under the engine's folder (V1's detokenizers, RequestState, ParentRequest, logprobs
+    # processors): not the engine being built
+    (
+        (
+            "vllm/v1/engine/detokenizer.py",
+            "vllm/v1/engine/output_processor.py",
+            "vllm/v1/engine/parallel_sampling.py",
+            "vllm/v1/engine/logprobs.py",
+        ),
+        frozenset({"__init__"}),
+        None,
+    ),
+    # what the API server runs of the serving classes while it starts (init_app_state builds them and loads
+    # --lora-modules through OpenAIServingModels.init_static_loras; vllm/entrypoints/openai/api_server.py)
+    (("vllm/entrypoints/openai/",), frozenset({"__init__", "init_static_loras"}), None),
 )
 # vLLM's warm-up modules (vllm/model_executor/warmup/: kernel_warmup.py, deep_gemm_warmup.py; model runner v2's
 # vllm/v1/worker/gpu/warmup.py and the CPU runner's, from vLLM 0.20), run from compile_or_warm_up_model after the KV
@@ -590,9 +614,6 @@ V1_SAMPLER_PATHS = ("vllm/v1/sample/",)
 MODULE_MOVE = ("torch/nn/modules/module.py", frozenset({"to", "_apply", "convert", "cuda", "xpu"}))
 # V0's CUDAGraphRunner.capture (vllm/worker/model_runner.py) has a name too common to read anywhere else.
 V0_CAPTURE = ("capture", "vllm/worker/")
-# A name vLLM gives two things: `initialize_cache` under vllm/compilation/ (compiler_interface.py, backends.py, vLLM 0.9
-# on) sets up torch.compile's artifact cache while compiling, not the KV cache.
-COMPILE_CACHE_INIT = ("initialize_cache", "vllm/compilation/")
 # The source line a traceback prints under a frame: `with torch.cuda.graph(...)` is a capture under way (vLLM's
 # compilation/cuda_graph.py, compilation/backends.py and V0's model_runner.py capture inside it), also when the
 # failure hits in the model code run inside the `with`, below any torch/cuda/graphs.py frame.
@@ -617,11 +638,8 @@ SERVER_ENTRY_POINTS = ("/bin/vllm", "vllm/entrypoints/openai/api_server.py", "vl
 # torch_npu's error names the function it failed in, as a frame would (`capture_begin:build/CMakeFiles/torch_npu.dir/
 # compiler_depend.ts:178 NPU function error: c10_npu::acl::AclmdlRICaptureBegin(...), error code is 207005`).
 NPU_FUNCTION_ERROR = re.compile(r"(?:^|\s)(?P<func>[A-Za-z_]\w{2,60})(?:\(\))?:build/\S{1,200}:\d+ NPU function error:")
-# FlashInfer's wrappers live in files of their own per step; but the decode wrapper vLLM builds (use_tensor_cores=True,
-# vllm/v1/attention/backends/flashinfer.py) runs the prefill module's `paged_run` (defined in flashinfer/prefill.py),
-# so that function says no step: its caller's file does.
+# FlashInfer's wrappers live in files of their own per step (but see `paged_run` in PATH_FUNCS).
 STEP_PATHS = (("flashinfer/decode.py", "decode"), ("flashinfer/prefill.py", "prefill"))
-STEP_PATHS_SHARED = frozenset({"paged_run"})
 # Model classes are built inside a `torch.device` context: its frames during loading mean construction.
 CONSTRUCTION_PATHS = ("torch/utils/_device.py",)
 MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
@@ -630,14 +648,8 @@ MODEL_PATHS = ("vllm/model_executor/models/", "vllm/model_executor/layers/")
 ENGINE_CONSTRUCTORS = frozenset(
     {"EngineCoreProc", "DPEngineCoreProc", "EngineCore", "EngineCoreActor", "DPEngineCoreActor", "MQLLMEngine"}
 )
-# Whose `__init__` builds the engine, its executor or its workers: startup. Not the objects built per request in
-# those folders (V1's detokenizers, RequestState, ParentRequest, logprobs processors: ENGINE_REQUEST_FILES).
-ENGINE_REQUEST_FILES = (
-    "vllm/v1/engine/detokenizer.py",
-    "vllm/v1/engine/output_processor.py",
-    "vllm/v1/engine/parallel_sampling.py",
-    "vllm/v1/engine/logprobs.py",
-)
+# Whose `__init__` builds the engine, its executor or its workers: startup (but see the per-request objects in
+# PATH_FUNCS).
 ENGINE_PATHS = (
     "vllm/engine/",
     "vllm/v1/engine/",
@@ -652,9 +664,6 @@ SERVING_PATHS = (
     "vllm/entrypoints/openai/chat_completion/",
     "vllm/entrypoints/openai/completion/",
 )
-# ... except what the API server runs of them while it starts (init_app_state builds the serving classes and loads
-# --lora-modules through OpenAIServingModels.init_static_loras; vllm/entrypoints/openai/api_server.py)
-SERVING_STARTUP_FUNCS = frozenset({"__init__", "init_static_loras"})
 
 # -- the step that was running when a runtime failure hit ------------------------------------------------
 SCHEDULER_DUMP = re.compile(r"^(?:Dumping scheduler output for model execution: ?)?SchedulerOutput\(")

@@ -595,17 +595,13 @@ class LogAnalyzer:
                 frames += ["runtime", "prefill"]
             self._last_frame_key = key
             return
-        tag = P.FRAME_FUNCS.get(func)
-        if func == P.COMPILE_CACHE_INIT[0] and P.COMPILE_CACHE_INIT[1] in path:
-            tag = "compile"
-        elif func in P.ASCEND_SPLITFUSE[:2]:
-            tag = _ascend_mask_tag(func, path, self._frames.get(key))
-        if tag is None and (func not in P.GENERIC_STEP_FUNCS or any(p in path for p in P.GENERIC_STEP_PATHS)):
-            tag = P.STEP_FUNCS.get(func)
-        if tag is None and "repack" in func:
-            tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
-        elif tag is None:
-            tag = _path_tag(path, func)
+        ruled = _file_rule(path, func)
+        if ruled is not None:  # what this function says in this file, whatever its name says elsewhere
+            tag = ruled[0]
+        else:
+            tag = _ascend_mask_tag(func, path, self._frames.get(key)) if func in _ASCEND_MASK_FUNCS else None
+            if tag is None:
+                tag = _name_tag(path, func)
         if tag is not None:
             self._tag(key, tag)
 
@@ -1155,6 +1151,30 @@ def _named_methods(message: str) -> list[str]:
     return tags
 
 
+_ASCEND_MASK_FUNCS = frozenset(P.ASCEND_SPLITFUSE[:2])
+
+
+@functools.lru_cache(maxsize=4096)  # pure in its arguments; a failing server repeats the same frames
+def _file_rule(path: str, func: str) -> tuple[str | None] | None:
+    """PATH_FUNCS' word on this function in this file: (tag,), the tag None when the frame says no stage; None when
+    no rule names it."""
+    for parts, funcs, tag in P.PATH_FUNCS:
+        if func in funcs and any(p in path for p in parts):
+            return (tag,)
+    return None
+
+
+def _name_tag(path: str, func: str) -> str | None:
+    """The tag of a frame by its function's name (the step names other code uses too only on vLLM's attention paths),
+    else by where it stands."""
+    tag = P.FRAME_FUNCS.get(func)
+    if tag is None and (func not in P.GENERIC_STEP_FUNCS or any(p in path for p in P.GENERIC_STEP_PATHS)):
+        tag = P.STEP_FUNCS.get(func)
+    if tag is None and "repack" in func:
+        tag = "weight_loading"  # quantized weights rearranged for a kernel, once, after loading
+    return tag if tag is not None else _path_tag(path, func)
+
+
 def _ascend_mask_tag(func: str, path: str, frames: list[str] | None) -> str | None:
     """vllm-ascend's SplitFuse mask: a prefill step when built right under the model runner's choice of mask (up to
     v0.12), no step when every step's metadata builds it (v0.13 on); see patterns.ASCEND_SPLITFUSE."""
@@ -1171,27 +1191,24 @@ def _path_tag(path: str, func: str) -> str | None:
         return "startup" if path.endswith(P.SERVER_ENTRY_POINTS) else None
     step = next((s for p, s in P.STEP_PATHS if p in path), None)
     if step is not None:
-        return None if func in P.STEP_PATHS_SHARED else step
+        return step
     if func == P.V0_CAPTURE[0] and P.V0_CAPTURE[1] in path:
         return "graph_capture"
-    named = next((t for p, fs, t in P.PATH_FUNCS if func in fs and p in path), None)
-    if named is not None:
-        return named
     if func in P.MODULE_MOVE[1] and P.MODULE_MOVE[0] in path:
         return "module_move"
     if any(p in path for p in P.WARMUP_PATHS):
         return "warmup"
     if any(p in path for p in P.V1_SAMPLER_PATHS):
         return "sampler_code"
-    if any(p in path for p in P.COMPILE_PATHS + P.CAPTURE_PATHS):
-        if any(func in funcs and p in path for p, funcs in P.CALL_TIME_FUNCS):
-            return None  # compiled code or a captured graph run, at any stage
-        return "compile" if any(p in path for p in P.COMPILE_PATHS) else "graph_capture"
-    if any(p in path for p in P.SERVING_PATHS) and func not in P.SERVING_STARTUP_FUNCS:
+    if any(p in path for p in P.COMPILE_PATHS):
+        return "compile"
+    if any(p in path for p in P.CAPTURE_PATHS):
+        return "graph_capture"
+    if any(p in path for p in P.SERVING_PATHS):
         return "runtime"
     if func == "__init__" and any(p in path for p in P.MODEL_PATHS):
         return "weight_loading"  # a model class being built
-    if func == "__init__" and any(p in path for p in P.ENGINE_PATHS) and not path.endswith(P.ENGINE_REQUEST_FILES):
+    if func == "__init__" and any(p in path for p in P.ENGINE_PATHS):
         return "startup"
     if any(p in path for p in P.CONSTRUCTION_PATHS):
         return "construction"
