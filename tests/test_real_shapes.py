@@ -126,6 +126,8 @@ def test_collectors_prefixes_are_peeled_to_vllms_own_record():
         "vllm-1  | ",  # docker compose
         "[mineru] ",  # a service's name a launcher put in front
         "[mineru] ^[[0;36m",  # ... and a colour code pasted as ^[
+        "    2026-01-02T03:04:05.678Z ",  # a timestamped line of an excerpt indented in a list, its wraps not
+        "2025-06-06T19:02:34.086Z DEBUG dynamo_run::subprocess: ",  # a Rust launcher's `tracing` relay (Dynamo)
     ):
         got = parse_record(prefix + line)
         assert (got.process, got.level, got.source, got.message) == (own.process, own.level, own.source, own.message)
@@ -135,6 +137,22 @@ def test_collectors_prefixes_are_peeled_to_vllms_own_record():
     # a bracketed word that opens a message, not a vLLM line, stays in it
     for text in ("[Gloo] Rank 0 is connected to 1 peer ranks.", "[Autotuner]: Skipping tactic 3", "[mineru] ready"):
         assert parse_record(text).message == text
+
+
+def test_a_rust_launchers_relay_of_pythons_log_lines_reads_as_vllms_lines():
+    """Dynamo's dynamo-run relays the vLLM it runs through Rust's `tracing` (`TIME LEVEL target: `), each line holding
+    vLLM's own line as Dynamo's Python logging writes it (`TIME LEVEL module.function: message`)."""
+    from exporter.logs.records import parse_record
+
+    relay = "2025-06-06T19:02:34.086Z DEBUG dynamo_run::subprocess: "
+    load = relay + "2025-06-06T19:02:34.086Z  INFO model_runner.load_model: Starting to load model /m/llama..."
+    got = parse_record(load)
+    assert (got.level, got.message) == ("INFO", "Starting to load model /m/llama...")
+    oom = relay + "2025-06-06T19:02:34.249Z ERROR engine.run_mp_engine: " + OOM.split(": ", 1)[1]
+    assert parse_record(oom).level == "ERROR"
+    assert decided([load, oom]) == ("weight_loading", "marker")
+    # a message that only mentions a Rust path keeps it
+    assert parse_record("INFO: see dynamo_run::subprocess: for details").message == "see dynamo_run::subprocess: for details"
 
 
 def test_a_memory_error_relayed_inside_a_line_counts():

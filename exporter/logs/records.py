@@ -4,7 +4,8 @@
 the message is optional, because tracebacks written straight to stderr carry only the process tag, and
 uvicorn's access lines have a shape of their own. Logs that people actually have add more in front: Ray's
 `(RayWorkerWrapper pid=5, ip=10.0.0.2)`, torch's `[rank0]:`, nested process tags, docker compose's
-`vllm-1  | `, kubectl's or journald's timestamps, a `> ` quote marker or a pastebin line number. Those
+`vllm-1  | `, kubectl's or journald's timestamps, a `> ` quote marker or a pastebin line number, a Rust
+launcher's `tracing` prefix (Dynamo's `DEBUG dynamo_run::subprocess: `). Those
 wrappers are peeled first, in any order, so the message underneath reads the same everywhere.
 """
 
@@ -19,7 +20,9 @@ _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 _LEVEL_PREFIX = re.compile(
     r"(?P<level>" + _LEVEL + r")"
     r"(?:\s+(?P<time>(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+\[?(?P<src>[^\]\s]{1,120}:\d+)\]\s?"
-    r"|:\s+)"
+    r"|:\s+"
+    # Python logging's `LEVEL module.function: ` (Dynamo's format for the vLLM it runs; a dotted logger name too)
+    r"|\s+[A-Za-z_]\w*(?:\.[\w<>]+)+:\s)"
 )
 _PROCESS = re.compile(r"\(?(?:(?P<proc>[A-Za-z][^()\n]{0,80}?) )?pid=(?P<pid>\d+)(?:, ip=[^)\s]{1,64})?\)\s?")
 _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
@@ -27,7 +30,7 @@ _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
 _WRAPPERS = re.compile(
     r">+ ?"  # a quote marker of a pasted reply
     r"|(?:\^\[|\x1b)?\[[0-9;]{1,12}m ?"  # a colour code whose escape was pasted as ^[ or lost
-    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI timestamps
+    r"|[ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI times
     r"|[ \t]*\| "  # a CI runner's or a table's bare column
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
     r"|[\w.-]{1,64} [\w./@-]{1,64}\[\d+\]: "  # journald's host and unit after an ISO time (`-o short-iso`)
@@ -36,6 +39,8 @@ _WRAPPERS = re.compile(
     r"|\[[A-Za-z][\w.-]{0,62}\] (?=(?:\^\[|\x1b)?\[[0-9;]{1,12}m|\(\w[^()\n]{0,80}? pid=\d|" + _LEVEL + r"\s|Traceback"
     r"|\s*File \"|[\w.]*(?:Error|Exception)\b)"
     r"|\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"  # `mpirun --tag-output`
+    # a Rust `tracing` logger relaying a child's lines, its level and target (`DEBUG dynamo_run::subprocess: `)
+    r"|(?:TRACE|DEBUG|INFO|WARN|ERROR)[ \t]+[A-Za-z_]\w*(?:::\w+)+: "
     # another library's logger in vLLM's processes: loguru's `LEVEL    | module:function:line - ` (tt-metal's
     # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)
     r"|(?P<foreign>(?i:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL|FATAL))[ \t]*\|[ \t]+(?:[A-Z][A-Za-z]{1,15}[ \t]*\| )?"
