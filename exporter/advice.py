@@ -91,6 +91,29 @@ def _environment(facts: dict[str, Any]) -> str:
     return f"{image}, {driver_text}, {hardware}"
 
 
+def _guessed_phase(first_oom: dict[str, Any]) -> str:
+    """When nothing in the log said whether the engine was ready, the advice says so, and what changes if the
+    reading is wrong: the two phases call for opposite first moves."""
+    decided_by = first_oom.get("stage_evidence")
+    if decided_by not in ("none", "allocator"):
+        return ""
+    if decided_by == "allocator":
+        why = "PyTorch's report shows no CUDA-graph memory yet, as at startup or in an engine run with --enforce-eager"
+    else:
+        why = "nothing around it says which; this is the default reading"
+    if first_oom["phase"] == "loading":
+        other = "if it had been serving, treat it as a runtime OOM: reduce context, concurrency or cache retention"
+    else:
+        other = (
+            "if it never became ready, treat it as a loading-stage OOM: check the image, driver, hardware and "
+            "topology first, not concurrency"
+        )
+    return (
+        f"The log does not show whether the engine was ready when memory ran out: read as {first_oom['phase']} "
+        f"({why}); {other}. "
+    )
+
+
 def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: dict[str, int]) -> str:
     """The recommendation for one log, from its first memory failure (or its absence)."""
     if first_oom is None:
@@ -108,6 +131,7 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
         return "No memory failure in this log."
     stage = first_oom["stage"]
     label = STAGE_LABELS.get(stage, stage)
+    guess = _guessed_phase(first_oom)
     if first_oom["phase"] == "loading":
         topo = (
             ", ".join(
@@ -126,16 +150,17 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
             mml=_fmt(facts.get("max_model_len")),
             cap=_capacity(facts),
         )
-        return (
-            f"Loading-stage OOM during {label}, before the engine was ready: lowering concurrency does not help "
-            f"here. Check first {_environment(facts)} and the parallel topology ({topo}). {detail}"
+        when = "" if guess else ", before the engine was ready"
+        return guess + (
+            f"Loading-stage OOM during {label}{when}: lowering concurrency does not help here."
+            f" Check first {_environment(facts)} and the parallel topology ({topo}). {detail}"
         )
     detail = _RUNTIME_DETAIL.get(stage, _RUNTIME_DETAIL["runtime_unknown"])
-    return (
-        f"Runtime OOM during {label}, after the engine was ready: the load outgrew the headroom. Reduce, one "
-        f"at a time, the context (max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the "
-        f"concurrency (max_num_seqs, max_num_batched_tokens) or the cache retention (prefix caching; on "
-        f"hybrid models with vLLM 0.33 or later, --prefix-cache-retention-interval); replay the same request set "
-        f"after each change and watch "
-        f"the headroom. {detail} Scale out only if the target load still leaves no stable headroom."
+    when = "" if guess else ", after the engine was ready"
+    return guess + (
+        f"Runtime OOM during {label}{when}: the load outgrew the headroom. Reduce, one at a time, the context "
+        f"(max_model_len{_fmt(facts.get('max_model_len'))}, prompt lengths), the concurrency (max_num_seqs, "
+        "max_num_batched_tokens) or the cache retention (prefix caching; on hybrid models with vLLM 0.33 or later, "
+        "--prefix-cache-retention-interval); replay the same request set after each change and watch the headroom. "
+        f"{detail} Scale out only if the target load still leaves no stable headroom."
     )

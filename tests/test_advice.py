@@ -40,3 +40,18 @@ def test_moves_on_fixtures_match_their_phase():
             assert report["next_move"].startswith("Loading-stage OOM")
         else:
             assert report["next_move"].startswith("Runtime OOM")
+
+
+def test_a_guessed_phase_is_said_to_be_a_guess_with_the_other_reading():
+    """When nothing said whether the engine was ready, the advice says so and what to do if the reading is wrong:
+    the two phases call for opposite first moves."""
+    base = {"stage": "runtime_unknown", "phase": "runtime", "stage_evidence": "frame", "confidence": "medium"}
+    assert "after the engine was ready" in next_move(base, {}, {})
+    assert "whether the engine was ready" not in next_move(base, {}, {})
+    guess = next_move(dict(base, stage_evidence="none", confidence="low"), {}, {})
+    assert guess.startswith("The log does not show whether the engine was ready")
+    assert "after the engine was ready" not in guess and "loading-stage OOM: check the image" in guess
+    loading = dict(base, stage="loading_unknown", phase="loading", stage_evidence="allocator", confidence="low")
+    said = next_move(loading, {}, {})
+    assert "no CUDA-graph memory" in said and "treat it as a runtime OOM" in said
+    assert "before the engine was ready" not in said

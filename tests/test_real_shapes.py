@@ -152,7 +152,10 @@ def test_a_rust_launchers_relay_of_pythons_log_lines_reads_as_vllms_lines():
     assert parse_record(oom).level == "ERROR"
     assert decided([load, oom]) == ("weight_loading", "marker")
     # a message that only mentions a Rust path keeps it
-    assert parse_record("INFO: see dynamo_run::subprocess: for details").message == "see dynamo_run::subprocess: for details"
+    assert (
+        parse_record("INFO: see dynamo_run::subprocess: for details").message
+        == "see dynamo_run::subprocess: for details"
+    )
 
 
 def test_a_memory_error_relayed_inside_a_line_counts():
@@ -1020,6 +1023,23 @@ def test_what_pytorch_says_was_allocated_places_a_bare_failure():
         OOM + " Of the allocated memory 181.80 GiB is allocated by PyTorch, with 71.20 GiB allocated in private pools"
     )
     assert decided([pools]) == (UNDECIDED_STAGE, "none")
+
+
+def test_no_graph_memory_in_pytorchs_report_reads_as_a_startup_until_something_says_otherwise():
+    """PyTorch writes "with N allocated in private pools (e.g., CUDA Graphs)" only when those pools hold memory
+    (c10/cuda/CUDACachingAllocator.cpp): without it no graph had been captured, as before the end of a default
+    startup. A guess (confidence low): the engine's words, serving going on, or a frame still decide."""
+    eager = OOM + " Of the allocated memory 23.28 GiB is allocated by PyTorch, and 51.00 MiB is reserved by PyTorch"
+    assert decided([eager]) == ("loading_unknown", "allocator")
+    cut = OOM + " Of the allocated memory 9.76 GiB is allocated by PyTorch, and 728.3"  # the paste cut it short
+    assert decided([cut]) == ("loading_unknown", "allocator")
+    a = feed([eager])
+    a.flush()
+    assert a.first_oom is not None and a.first_oom.confidence == "low"
+    engine = "(EngineCore_DP0 pid=7) ERROR 09-27 14:03:50 [core.py:712] "
+    running = [engine + eager.split(": ", 1)[1], engine + "EngineCore encountered a fatal error."]
+    assert decided(running) == ("runtime_unknown", "message")
+    assert decided([*traceback(CAPTURE, last=eager)]) == ("graph_capture", "frame")
 
 
 def test_vllm_ascend_request_step_and_chunked_prefill_mask():

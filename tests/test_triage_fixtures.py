@@ -103,6 +103,7 @@ def test_json_contract(name):
             "readiness",
             "marker",
             "serving",
+            "allocator",
             "none",
         )
         assert first["confidence"] in ("high", "medium", "low")

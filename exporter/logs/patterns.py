@@ -273,8 +273,13 @@ METHOD_WORDS = re.compile(r"while processing method \w+")
 # PyTorch's OOM text states what this process had allocated; nothing yet means the device was still being set up or
 # the weights were on their way (every later step runs with the weights in memory): loading.
 NOTHING_ALLOCATED = re.compile(r"\b0 bytes (?:is allocated by PyTorch|already allocated)")
-# (PyTorch's "... allocated in private pools (e.g., CUDA Graphs)" says nothing of the stage: sleep mode keeps weights
-# and KV cache in such pools, and since v0.21 graphs are captured while memory is profiled.)
+# PyTorch's "... allocated in private pools (e.g., CUDA Graphs)" says little of the stage (sleep mode keeps weights
+# and KV cache in such pools, and since v0.21 graphs are captured while memory is profiled), but its absence says more:
+# c10/cuda/CUDACachingAllocator.cpp writes that clause only when the private pools hold memory, so "is allocated by
+# PyTorch, and" means no graph had been captured and no sleep-mode pool existed: a startup before graph capture, or
+# an engine serving in eager mode (--enforce-eager). In the real corpus, failures that nothing else placed and whose
+# report says so had mostly failed at startup (9 of 11 in dev at the time of writing).
+NO_GRAPH_POOLS = re.compile(r"\bis allocated by PyTorch, and\b")  # "..., with N allocated in private pools" when any
 # V0's MQLLMEngine.start() (vllm/engine/multiprocessing/engine.py, v0.6-v0.10) logs `repr(e)` of what killed its
 # engine loop; the engine was built (memory profiled, cache allocated) before start() is called, and a failure while
 # building is logged by run_mp_engine as str(e), not as a repr. So `OutOfMemoryError('...` from engine.py: serving.

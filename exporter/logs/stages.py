@@ -30,10 +30,14 @@ MAX_EPOCHS = 64
 RELAY_LINES = 200  # how far below a traceback an error relaying it may stand and still use its frames
 ALLOCATOR_RETRY_LINES = 20  # how soon after the caching allocator's OOM warning an error says its retry failed too
 # A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say. A failed
-# startup leaves its lines or frames; in the real corpus's held-out sets (tests/fixtures/real/) ho3 to ho7, 13 of the 16
-# failures that nothing placed at their first score had hit while serving (ho9's three, all startup failures, had not;
-# ho10's six, mostly one-line excerpts, were half and half): 16 of 25 in all.
+# startup leaves its lines or frames. In the real corpus (tests/fixtures/real/, dev split with ho11), 27 failures were
+# placed by nothing at all, 14 of them startup failures: a coin toss. PyTorch's own report splits them: no memory in
+# CUDA-graph pools (P.NO_GRAPH_POOLS) in 11, 9 of them at startup, so those read as loading_unknown ("allocator");
+# of the 16 others (graph pools in use, or no such report), 11 had hit while serving: this default.
 UNDECIDED_STAGE = "runtime_unknown"
+# What a failure nothing placed was read from: the prior, or the allocator's report (P.NO_GRAPH_POOLS). Any later
+# evidence (the engine's words, serving going on, a traceback's frames) overrides either.
+GUESSES = ("none", "allocator")
 _LOADING_FRAME_TAGS = ("weight_loading", "graph_capture", "kv_cache_alloc", "warmup", "sampler", "compile")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
 # What `_feed_text` reacts to beyond counting, for the block scanner (exporter/logs/scan.py), which skips lines holding
@@ -365,7 +369,7 @@ class LogAnalyzer:
             if msg.startswith(P.OFFLINE_PROGRESS):
                 # a bar drawn after a failure nothing placed: tqdm redraws it as the failure unwinds (close on
                 # exit), so generation was under way when it hit
-                if self._pending is not None and self._pending.stage_evidence == "none":
+                if self._pending is not None and self._pending.stage_evidence in GUESSES:
                     self._keep_provisional(serving="low")
                 return self._marker(line, line.time or rec.time, "ready")
             if P.MODEL_INPUT_DUMP.match(msg):
@@ -452,7 +456,7 @@ class LogAnalyzer:
         phase of a failure nothing else placed (the pending one, or `ev` relayed in the same line). It stays
         pending: the traceback logged under these words may name the step."""
         ev = ev or self._pending
-        if ev is None or ev.stage_evidence != "none":
+        if ev is None or ev.stage_evidence not in GUESSES:
             return
         if P.ENGINE_NEVER_STARTED.search(msg):
             ev.stage, ev.phase = "loading_unknown", "loading"
@@ -718,6 +722,8 @@ class LogAnalyzer:
                 return "loading_unknown", "message", "medium"
             step, _why, conf = self._runtime_step(rec.dp_rank, frames)
             return step, "message", conf or "medium"
+        if P.NO_GRAPH_POOLS.search(rec.message):  # no CUDA graph yet: a startup, unless the engine ran eagerly
+            return "loading_unknown", "allocator", "low"
         return self.undecided_stage, "none", "low"
 
     def _oom(
@@ -736,7 +742,7 @@ class LogAnalyzer:
             stage_evidence=why,
             confidence=confidence,
         )
-        if why == "none":
+        if why in GUESSES:
             self._engine_words(msg or rec.message, rec.source, ev)
         if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
             self._kv_facts(msg or rec.message)
@@ -789,7 +795,7 @@ class LogAnalyzer:
         ev = self._pending
         if ev is None:
             return
-        if serving is not None and ev.stage_evidence == "none":
+        if serving is not None and ev.stage_evidence in GUESSES:
             self._decide_pending(self._step_of(ev), "serving", serving)
         else:
             assert ev.stage is not None and ev.stage_evidence is not None and ev.confidence is not None
@@ -804,7 +810,7 @@ class LogAnalyzer:
             self._decide_pending(*decided)
         elif "runtime" in frames:
             self._decide_pending(self._runtime_step(None, frames)[0], "frame", "medium")
-        elif "startup" in frames and (self._pending is None or self._pending.stage_evidence == "none"):
+        elif "startup" in frames and (self._pending is None or self._pending.stage_evidence in GUESSES):
             self._decide_pending("loading_unknown", "frame", "medium")  # not over the engine's own words
         else:
             return False
