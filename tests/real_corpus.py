@@ -54,6 +54,8 @@ class Score:
     false_ooms: int = 0  # negatives that triage reported a memory failure for
     ready_ok: int = 0
     wrong: list[dict[str, Any]] = field(default_factory=list)
+    # confidence triage gave a memory failure it found -> [found, phase right, stage right]: is "high" worth more?
+    by_confidence: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def phase_accuracy(self) -> float:
@@ -71,6 +73,15 @@ class Score:
             f"{self.stage_accuracy:6.1%}  missed {self.missed}/{self.failures} failures  false OOMs "
             f"{self.false_ooms}/{self.negatives} negatives  ready-before {self.ready_ok}/{self.total}"
         )
+
+    def calibration(self) -> str:
+        """How often each confidence triage gave was right, on the failures it found."""
+        parts = []
+        for conf in ("high", "medium", "low"):
+            n, phase, stage = self.by_confidence.get(conf, (0, 0, 0))
+            if n:
+                parts.append(f"{conf} {n}: phase {phase / n:.0%}, stage {stage / n:.0%}")
+        return f"{'':8} by confidence: " + ("; ".join(parts) or "no failures found")
 
 
 def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
@@ -117,6 +128,11 @@ def score(split: str, entries: list[dict[str, Any]] | None = None) -> Score:
         else:
             result.failures += 1
             result.missed += first is None
+            if first is not None:
+                counts = result.by_confidence.setdefault(first["confidence"], [0, 0, 0])
+                counts[0] += 1
+                counts[1] += phase == e["phase"]
+                counts[2] += stage == e["stage"]
         if stage != e["stage"]:
             result.wrong.append(
                 {
@@ -139,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for split in SPLITS if args.split == "both" else (args.split,):
         s = score(split, entries)
         print(s.line())
+        print(s.calibration())
         if not args.quiet and split == "dev":
             for w in s.wrong:
                 print(f"    {w['file']}: label {w['label']}, got {w['got']} (by {w['decided_by']}, line {w['line']})")

@@ -170,7 +170,12 @@ def test_the_held_out_split_is_scored_apart_when_it_has_entries(capsys):
     assert totals == (len(base[::4]), len(base), held.total)
     assert main(["--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("dev") and out[1].startswith("heldout")
+    assert out[0].startswith("dev") and out[2].startswith("heldout")
+    # each split's line is followed by how often each confidence was right
+    assert all(line.split() and line.split()[:2] == ["by", "confidence:"] for line in (out[1], out[3]))
+    conf = held.by_confidence
+    assert sum(n for n, _, _ in conf.values()) == held.failures - held.missed
+    assert all(n >= phase >= 0 and n >= stage >= 0 for n, phase, stage in conf.values())
 
 
 def test_a_reserved_set_is_never_scored():
