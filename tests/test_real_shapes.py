@@ -141,21 +141,26 @@ def test_collectors_prefixes_are_peeled_to_vllms_own_record():
 
 def test_a_rust_launchers_relay_of_pythons_log_lines_reads_as_vllms_lines():
     """Dynamo's dynamo-run relays the vLLM it runs through Rust's `tracing` (`TIME LEVEL target: `), each line holding
-    vLLM's own line as Dynamo's Python logging writes it (`TIME LEVEL module.function: message`)."""
+    vLLM's own line as Dynamo's Python logging writes it (`TIME LEVEL module.function: message`): both peeled, the
+    inner level kept as another logger's. Without Dynamo's timestamp, `LEVEL name: ` is text, as before (another
+    program's line quoting vLLM's words is not vLLM's)."""
     from exporter.logs.records import parse_record
 
     relay = "2025-06-06T19:02:34.086Z DEBUG dynamo_run::subprocess: "
     load = relay + "2025-06-06T19:02:34.086Z  INFO model_runner.load_model: Starting to load model /m/llama..."
     got = parse_record(load)
-    assert (got.level, got.message) == ("INFO", "Starting to load model /m/llama...")
+    assert (got.foreign_level, got.message) == ("INFO", "Starting to load model /m/llama...")
     oom = relay + "2025-06-06T19:02:34.249Z ERROR engine.run_mp_engine: " + OOM.split(": ", 1)[1]
-    assert parse_record(oom).level == "ERROR"
+    assert parse_record(oom).foreign_level == "ERROR"
     assert decided([load, oom]) == ("weight_loading", "marker")
-    # a message that only mentions a Rust path keeps it
-    assert (
-        parse_record("INFO: see dynamo_run::subprocess: for details").message
-        == "see dynamo_run::subprocess: for details"
-    )
+    assert decided([load.replace(relay, ""), oom.replace(relay, "")]) == ("weight_loading", "marker")  # unrelayed
+    for text in (
+        "INFO: see dynamo_run::subprocess: for details",
+        "ERROR app.client: request 17 failed: openai.InternalServerError: EngineDeadError",
+        "ERROR torch.OutOfMemoryError: CUDA out of memory.",
+    ):
+        assert text.endswith(parse_record(text).message) and parse_record(text).level in (None, "INFO")
+    assert parse_record("ERROR app.client: request 17 failed").message == "ERROR app.client: request 17 failed"
 
 
 def test_a_memory_error_relayed_inside_a_line_counts():
@@ -1040,6 +1045,46 @@ def test_no_graph_memory_in_pytorchs_report_reads_as_a_startup_until_something_s
     running = [engine + eager.split(": ", 1)[1], engine + "EngineCore encountered a fatal error."]
     assert decided(running) == ("runtime_unknown", "message")
     assert decided([*traceback(CAPTURE, last=eager)]) == ("graph_capture", "frame")
+
+
+def test_what_says_serving_overrides_the_allocator_guess():
+    """The guess from PyTorch's report gives way to any sign of serving, before or after the failure: V1's scheduler
+    dump (written only by a step of EngineCore's busy loop), a client's copy of the server's 500 answer, V0's
+    launcher finding the engine dead while answering a request, request logs; and never applies where PyTorch never
+    names graph memory (2.1's report, XPU's allocator)."""
+    eager = OOM + " Of the allocated memory 46.50 GiB is allocated by PyTorch, and 212.00 MiB is reserved by PyTorch"
+    engine = "(EngineCore_DP0 pid=7) ERROR 09-27 14:03:50 [core.py:712] "
+    dump = (
+        engine.replace("core.py:712", "dump_input.py:69") + "Dumping scheduler output for model execution: "
+        "SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=chatcmpl-1,prompt_token_ids_len=100)], "
+        "num_scheduled_tokens={chatcmpl-1: 100}, total_num_scheduled_tokens=100)"
+    )
+    bare = engine + eager.split(": ", 1)[1]
+    assert decided([dump, bare]) == ("prefill", "scheduler_dump")
+    assert decided([bare, dump])[0] == "prefill"
+    client = 'openai.InternalServerError: Error code: 500 - {"object": "error", "message": "' + eager[22:] + '"}'
+    assert decided([client]) == ("runtime_unknown", "message")
+    dead = "CRITICAL 04-06 00:44:23 [launcher.py:116] MQLLMEngine is already dead, terminating server process"
+    assert decided([bare, dead]) == ("runtime_unknown", "message")
+    asked = "(APIServer pid=1) INFO 09-27 14:03:51 [logger.py:40] Received request chatcmpl-2: prompt: 'hi'"
+    assert decided([bare, asked]) == ("runtime_unknown", "serving")
+    assert decided([bare.replace("CUDA out of memory", "XPU out of memory")]) == (UNDECIDED_STAGE, "none")
+    assert decided([bare.replace("total capacity", "total capacty")]) == (UNDECIDED_STAGE, "none")
+
+
+def test_a_guessed_startup_failure_does_not_end_the_run():
+    """Counted at a quiet moment as a guess, a failure does not mark the run crashed: serving seen afterwards still
+    says the server serves (the daemon counts it when its log goes quiet, and the log may go on)."""
+    eager = OOM + " Of the allocated memory 46.50 GiB is allocated by PyTorch, and 212.00 MiB is reserved by PyTorch"
+    a = feed([eager])
+    a.flush()
+    assert a.first_oom is not None and a.first_oom.stage_evidence == "allocator" and not a.epoch.crashed
+    stats = "(APIServer pid=1) INFO 08-16 12:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    a.feed(LogLine(2, stats + "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs"))
+    assert a.epoch.ready
+    sure = feed([*traceback(LOAD, last=eager)])
+    sure.flush()
+    assert sure.first_oom.stage == "weight_loading" and sure.epoch.crashed
 
 
 def test_vllm_ascend_request_step_and_chunked_prefill_mask():

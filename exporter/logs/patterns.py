@@ -265,6 +265,9 @@ ENGINE_WAS_RUNNING = re.compile(
     r"|Engine loop is not running|Engine loop has died"
     r"|Engine background task failed|_log_task_completion|_raise_exception_on_finish|AsyncEngineDeadError"
     r"|Waiting for application shutdown|Application shutdown complete"
+    # V0's launcher, from the exception handler of a request that found the engine dead (vllm/entrypoints/launcher.py
+    # _add_shutdown_handlers, v0.5-v0.10): a request reached the server, so it had been serving
+    r"|(?:is already dead|has failed), terminating server process"
 )
 # A worker's own words for the method it was running when it failed (V0's multiproc workers, vllm/executor/
 # multiproc_worker_utils.py): tensor-parallel ranks run the same method, so a rank's words place
@@ -275,11 +278,17 @@ METHOD_WORDS = re.compile(r"while processing method \w+")
 NOTHING_ALLOCATED = re.compile(r"\b0 bytes (?:is allocated by PyTorch|already allocated)")
 # PyTorch's "... allocated in private pools (e.g., CUDA Graphs)" says little of the stage (sleep mode keeps weights
 # and KV cache in such pools, and since v0.21 graphs are captured while memory is profiled), but its absence says more:
-# c10/cuda/CUDACachingAllocator.cpp writes that clause only when the private pools hold memory, so "is allocated by
-# PyTorch, and" means no graph had been captured and no sleep-mode pool existed: a startup before graph capture, or
-# an engine serving in eager mode (--enforce-eager). In the real corpus, failures that nothing else placed and whose
-# report says so had mostly failed at startup (9 of 11 in dev at the time of writing).
-NO_GRAPH_POOLS = re.compile(r"\bis allocated by PyTorch, and\b")  # "..., with N allocated in private pools" when any
+# c10/cuda/CUDACachingAllocator.cpp writes that clause only when private pools (CUDA graphs' memory pools, a sleep-mode
+# pool) hold cached memory, so "is allocated by PyTorch, and" reads as no graph captured yet: a startup before graph
+# capture, or an engine serving in eager mode (--enforce-eager). In the real corpus, failures that nothing else placed
+# and whose report says so had mostly failed at startup (9 of 11 in dev at the time of writing). PyTorch wrote the
+# clause from 2.4 (pytorch#124673): 2.1's report ("total capacty") and XPU's allocator (c10/xpu, always "..., and")
+# never say it, so their reports say nothing of the stage.
+NO_GRAPH_POOLS = re.compile(r"\bis allocated by PyTorch, and\b")
+NO_POOL_CLAUSE_EVER = re.compile(r"\bXPU out of memory|\btotal capacty\b")
+# A client's copy of the API server's error answer (`openai.InternalServerError: Error code: 500 - {...}`): the server
+# took a request, so the engine had been serving.
+SERVER_ANSWER = re.compile(r"\bError code: 5\d\d - \{")
 # V0's MQLLMEngine.start() (vllm/engine/multiprocessing/engine.py, v0.6-v0.10) logs `repr(e)` of what killed its
 # engine loop; the engine was built (memory profiled, cache allocated) before start() is called, and a failure while
 # building is logged by run_mp_engine as str(e), not as a repr. So `OutOfMemoryError('...` from engine.py: serving.

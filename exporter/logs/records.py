@@ -20,9 +20,7 @@ _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 _LEVEL_PREFIX = re.compile(
     r"(?P<level>" + _LEVEL + r")"
     r"(?:\s+(?P<time>(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+\[?(?P<src>[^\]\s]{1,120}:\d+)\]\s?"
-    r"|:\s+"
-    # Python logging's `LEVEL module.function: ` (Dynamo's format for the vLLM it runs; a dotted logger name too)
-    r"|\s+[A-Za-z_]\w*(?:\.[\w<>]+)+:\s)"
+    r"|:\s+)"
 )
 _PROCESS = re.compile(r"\(?(?:(?P<proc>[A-Za-z][^()\n]{0,80}?) )?pid=(?P<pid>\d+)(?:, ip=[^)\s]{1,64})?\)\s?")
 _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
@@ -30,6 +28,10 @@ _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
 _WRAPPERS = re.compile(
     r">+ ?"  # a quote marker of a pasted reply
     r"|(?:\^\[|\x1b)?\[[0-9;]{1,12}m ?"  # a colour code whose escape was pasted as ^[ or lost
+    # Dynamo's format for the vLLM it runs, `TIME LEVEL module.function: ` (the level kept as another logger's)
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?Z?[ \t]+(?P<dynamo>"
+    + _LEVEL
+    + r")[ \t]+[A-Za-z_][\w<>]*(?:\.[\w<>]+)+: "
     r"|[ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"  # kubectl, docker, CI times
     r"|[ \t]*\| "  # a CI runner's or a table's bare column
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # journald / syslog
@@ -130,8 +132,8 @@ def _peel(text: str) -> Record:
                 m = _WRAPPERS.match(text, pos)
                 if m is None or m.end() == pos:
                     break
-                if m.group("foreign"):
-                    foreign = m.group("foreign").upper()
+                if m.group("foreign") or m.group("dynamo"):
+                    foreign = (m.group("foreign") or m.group("dynamo")).upper()
         pos = m.end()
         peeled = True
     level = time = source = None

@@ -341,6 +341,8 @@ class LogAnalyzer:
         # The bulk of a busy log, on fast paths: request logs (users' prompts: never analysed), access lines
         # and the periodic stats line.
         if msg.startswith(QUIET_MESSAGES):  # a prompt, a model's answer (--enable-log-outputs)
+            if self._pending is not None:  # the API server took a request after a failure nothing placed: serving
+                self._keep_provisional(serving="low")
             return []
         if first.isdigit() and "HTTP/" in msg:
             if P.ENGINE_ANSWERED_OK.search(msg):
@@ -631,6 +633,9 @@ class LogAnalyzer:
                 elif counts and m.group("end"):
                     step = "decode"
         self._note_step(rec, step)
+        # dumped only by a step of EngineCore's busy loop (vllm/v1/engine/core.py execute_model_with_error_logging),
+        # never by the startup's dummy runs: the engine was serving
+        self._serving()
 
     def _model_input_dump(self, rec: Record, msg: str) -> None:
         """V0's model input of the failing step: any prefill in it makes it a prefill step; none, with decode
@@ -722,8 +727,12 @@ class LogAnalyzer:
                 return "loading_unknown", "message", "medium"
             step, _why, conf = self._runtime_step(rec.dp_rank, frames)
             return step, "message", conf or "medium"
-        if P.NO_GRAPH_POOLS.search(rec.message):  # no CUDA graph yet: a startup, unless the engine ran eagerly
-            return "loading_unknown", "allocator", "low"
+        msg = rec.message
+        if "Error code: 5" in msg and P.SERVER_ANSWER.search(msg):  # the server answered a request with it
+            step, _why, conf = self._runtime_step(rec.dp_rank, frames)
+            return step, "message", conf or "medium"
+        if P.NO_GRAPH_POOLS.search(msg) and not P.NO_POOL_CLAUSE_EVER.search(msg):
+            return "loading_unknown", "allocator", "low"  # no CUDA graph yet: a startup, unless the engine ran eagerly
         return self.undecided_stage, "none", "low"
 
     def _oom(
@@ -767,8 +776,8 @@ class LogAnalyzer:
         if self.first_oom is None:
             self.first_oom = ev
             self.first_oom_epoch = self.epoch
-        if ev.phase == "loading":
-            self.epoch.crashed = True  # a failed startup never serves
+        if ev.phase == "loading" and ev.stage_evidence not in GUESSES:
+            self.epoch.crashed = True  # a failed startup never serves (a guess is not enough to say it failed)
 
     def _decide_pending(self, stage: str, why: str, confidence: str) -> None:
         ev, self._pending = self._pending, None
