@@ -2,15 +2,17 @@
 
 The figures are printed by `make triage-score` (python -m tests.real_corpus). The dev split (what the analyzer
 was tuned on) must meet the issue's bar: phase >= 97 %, stage >= 90 %, no false OOM. The held-out split is scored,
-never tuned on. Ten held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
+never tuned on. Eleven held-out sets have been scored once each and then moved into dev and tuned on: `ho-` (40
 excerpts: phase 90.0 %, stage 85.0 %), `ho2-` (33: 90.9 %, 90.9 %), `ho3-` (39: 82.1 %, 74.4 %, 1/23 failures
 missed), `ho4-` (30: 96.7 %, 83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed), `ho6-` (23: 100.0 %,
 95.7 %, none missed), `ho7-` (26: 80.8 %, 80.8 %, none missed), `ho8-` (22: 86.4 %, 81.8 %, 2/6 missed), `ho9-` (30:
-80.0 %, 80.0 %) and `ho10-` (35: 88.6 %, 85.7 %, 1/14 missed). The held-out split now is `ho11-` (33 excerpts from
-threads none of the others use, gathered by people who never saw the analyzer's tuning, scored once after it ended,
-at 005a1a7): phase 81.8 %, stage 81.8 %, 0/9 failures missed, 0/24 false OOMs. All eleven first scores pooled (334
-excerpts): phase 87.4 %, stage 83.8 %. The issue's bar is not met on it; its floors below are regression guards at
-what it measured, not the bar; tuning on it would make it dev.
+80.0 %, 80.0 %), `ho10-` (35: 88.6 %, 85.7 %, 1/14 missed) and `ho11-` (33: 81.8 %, 81.8 %, none missed). The
+held-out split now is `ho12-` and `ho13-` (66 excerpts from threads none of the others use, gathered by people who
+never saw the analyzer, scored once after tuning ended, at 2d0997d): ho12 30 excerpts, phase 90.0 %, stage 90.0 %,
+1/10 failures missed; ho13 36 excerpts, phase 94.4 %, stage 91.7 %, none of 9 missed; together phase 92.4 %, stage
+90.9 %, no false OOM in 47 negatives. All thirteen first scores pooled (400 excerpts): phase 88.3 %, stage 85.0 %.
+The phase bar is not met on the held-out split; its floors below are regression guards at what it measured, not the
+bar; tuning on it would make it dev.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from exporter.triage import triage_path, triage_stream
 from tests.real_corpus import CORPUS, SPLITS, load_labels, score
 
 ENTRIES = load_labels()
-BAR = {"dev": (0.97, 0.90), "heldout": (0.81, 0.81)}  # (phase, stage); held out: see the docstring
+BAR = {"dev": (0.97, 0.90), "heldout": (0.92, 0.90)}  # (phase, stage); held out: see the docstring
 
 
 def test_the_corpus_is_large_and_varied_enough_to_mean_something():
