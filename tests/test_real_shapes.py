@@ -750,6 +750,37 @@ def test_tenstorrents_allocator_failure_is_a_memory_failure_placed_by_its_kv_pro
     assert a.counts["oom"] == 0
 
 
+def test_tenstorrents_prefill_log_names_the_step_a_failure_interrupted():
+    """tt-metal's generators log "Prefilling User N up to T tokens" (loguru) as each user's prefill starts: a failure
+    after it, once serving, is a prefill; the line is found while the log is only skimmed (quiescent) too."""
+    ready = "INFO:     Application startup complete."
+    prefill = (
+        "2025-10-13 18:00:17.286 | INFO     | models.tt_transformers.tt.generator:prefill_forward_text:620 - "
+        "Prefilling User 1 up to 32650 tokens"
+    )
+    tt = (
+        "2025-10-13 18:00:32.351 | critical |          Always | Out of Memory: Not enough space to allocate 234881024 B"
+        " DRAM buffer across 12 banks (assert.hpp:103)"
+    )
+    assert decided([ready, prefill, tt]) == ("prefill", "message")
+    assert decided([ready, tt])[0] == "runtime_unknown"
+
+
+def test_aws_neurons_allocation_failure_is_a_memory_failure():
+    """The Neuron runtime refusing a device tensor (NRT_RESOURCE, status 4) while the engine is built."""
+    frames = traceback(
+        [
+            ("vllm/engine/multiprocessing/engine.py", "from_engine_args"),
+            ("transformers_neuronx/ops.py", "parallel_to_nc"),
+        ],
+        last='RuntimeError: nrt_tensor_allocate status=4 message="Allocation Failure"',
+    )
+    a = feed(frames)
+    a.flush()
+    assert a.counts["oom"] == 1 and a.first_oom.phase == "loading"
+    assert feed(['RuntimeError: nrt_tensor_allocate status=2 message="Invalid"']).counts["oom"] == 0
+
+
 def test_nccls_own_out_of_memory_is_a_memory_failure():
     """NCCL's CUDACHECK warns `Cuda failure 2 'out of memory'` (a device allocation for its buffers)."""
     line = "host:123:456 [0] include/alloc.h:112 NCCL WARN Cuda failure 2 'out of memory'"

@@ -92,6 +92,10 @@ MARKER_HINT = re.compile(
 # Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
 # "Processed prompts") are drawn only once the engine is built. Read at the message start, before the hints.
 OFFLINE_PROGRESS = ("Processed prompts", "Adding requests")
+# tt-metal's generators (models/tt_transformers/tt/generator.py and the model demos' own, through loguru) log this as
+# each user's prefill starts: the step under way until a failure, as V1's scheduler dump would say. (Its warm-up runs
+# prefills too; whether the engine was serving is read elsewhere.)
+TT_PREFILL = "Prefilling User "
 
 # -- memory failures ---------------------------------------------------------------------------------
 # (pattern, stage hint or None, failure kind). None: the stage comes from frames and markers.
@@ -145,7 +149,7 @@ OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
     r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
     r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
-    r"|EL0004|device memory failed|failed with OOM|Failed to apply for memory"
+    r"|EL0004|device memory failed|failed with OOM|Failed to apply for memory|nrt_tensor_allocate status"
 )
 # Ascend's CANN runtime (vllm-ascend): "Memory_Allocation_Failure(EL0004): Failed to allocate memory." (older: "EL0004:
 # [PID: N] <time> Failed to allocate memory.") over its own trace "alloc device memory failed, runtime result = 207001"
@@ -172,6 +176,8 @@ OOM_SIGNATURE = re.compile(
     # allocate {} B {} buffer across {} banks", raised through TT_FATAL/TT_THROW by its vLLM backend: the device's DRAM
     # (an L1 buffer is the cores' own SRAM, a kernel's configuration rather than memory headroom)
     r"|Out of Memory: Not enough space to allocate \d+ B DRAM buffer"
+    # AWS Neuron's runtime refusing a device tensor: NRT_RESOURCE (status 4), "Allocation Failure"
+    r"|nrt_tensor_allocate status=4\b"
     r"|" + CANN_OOM.pattern + ")"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"

@@ -44,7 +44,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt
 # none of it while `LogAnalyzer.quiescent()`: the words of its fast paths, the patterns it tries (their literals),
 # and the function names a code line under a frame is read for (`name(`). A new check in `_feed_text` needs its
 # word here; tests/test_scan.py compares scanning with feeding every line on every fixture and real log.
-TRIGGER_WORDS = ("\r", "File ", "Avg prompt throughput", P.TRACEBACK_START, *P.OFFLINE_PROGRESS)
+TRIGGER_WORDS = ("\r", "File ", "Avg prompt throughput", P.TRACEBACK_START, P.TT_PREFILL, *P.OFFLINE_PROGRESS)
 TRIGGER_PATTERNS = (
     P.ANY_HINT.regex,
     P.HTML_ENTITY,
@@ -160,6 +160,7 @@ class LogAnalyzer:
         self._last_frame_key: str | None = None
         self._pending_since = 0
         self._last_step: dict[int | None, str] = {}
+        self._step_said_by = "scheduler_dump"  # what said the latest of them (see _note_step)
         self._open: dict[str, Event] = {}
         self._saw_runtime = False
         self._cold_tail: str | None = None  # the last `_tail` found unable to complete a wrapped failure
@@ -376,6 +377,9 @@ class LogAnalyzer:
                 return self._marker(line, line.time or rec.time, "ready")
             if P.MODEL_INPUT_DUMP.match(msg):
                 self._model_input_dump(rec, msg)
+                return []
+            if msg.startswith(P.TT_PREFILL):
+                self._note_step(rec, "prefill", "message")
                 return []
         tail, self._tail = self._tail, (msg if len(line.text) >= 60 else "")
         if not P.ANY_HINT.search(msg):
@@ -649,11 +653,13 @@ class LogAnalyzer:
             step = "decode"
         self._note_step(rec, step)
 
-    def _note_step(self, rec: Record, step: str) -> None:
+    def _note_step(self, rec: Record, step: str, said_by: str = "scheduler_dump") -> None:
+        """The step under way, from a dump of it (`scheduler_dump`) or a line saying it started (`message`)."""
         if rec.dp_rank not in self._last_step and len(self._last_step) > MAX_PROCESSES:
             self._last_step.clear()  # a log naming more DP ranks than any deployment has: keep memory bounded
         self._last_step[rec.dp_rank] = step
         self._last_step[-1] = step  # the latest of any rank
+        self._step_said_by = said_by
 
     def _runtime_step(self, dp_rank: int | None, frames: list[str]) -> tuple[str, str, str]:
         """Prefill or decode: the scheduler's dump of the failing step, else frames on one path only."""
@@ -661,7 +667,8 @@ class LogAnalyzer:
         if step is None:
             step = self._last_step.get(-1)
         if step in ("prefill", "decode"):
-            return step, "scheduler_dump", "high"
+            said_by = self._step_said_by
+            return step, said_by, "high" if said_by == "scheduler_dump" else "medium"
         for tag in reversed(frames):
             if tag in ("prefill", "decode"):
                 return tag, "frame", "medium"
@@ -1063,6 +1070,7 @@ class LogAnalyzer:
             },
             "open": sorted(self._open),
             "last_step": [[k, v] for k, v in self._last_step.items()],
+            "step_said_by": self._step_said_by,
             "frames": [[k, v] for k, v in self._frames.items()],
             "saw_runtime": self._saw_runtime,
             "pending": None
@@ -1105,6 +1113,7 @@ class LogAnalyzer:
         for kind in data["open"]:
             a._open[str(kind)] = Event(0, None, str(kind))
         a._last_step = {(None if k is None else int(k)): str(v) for k, v in data["last_step"]}
+        a._step_said_by = str(data.get("step_said_by") or "scheduler_dump")
         a._frames = {(None if k is None else str(k)): [str(x) for x in v] for k, v in data["frames"]}
         a._saw_runtime = bool(data["saw_runtime"])
         pending = data.get("pending")
