@@ -225,6 +225,34 @@ def test_negative_kv_cache_memory_then_a_failed_start_is_a_kv_allocation_failure
         assert a.first_oom is None and a.counts["engine_crash"] == 1, first
 
 
+def test_a_log_that_ends_on_a_negative_kv_budget_ends_in_its_failure():
+    """vLLM raises right after a negative budget for any model with a KV-cache spec (check_enough_kv_cache_memory):
+    an excerpt cut there, or a log gone quiet there, holds the failure. Not zero (Ascend logs it for models that
+    need no cache), not when anything followed."""
+    neg = "(EngineCore_DP0 pid=7) INFO 08-16 12:00:01 [gpu_worker.py:1] Available KV cache memory: -19.92 GiB"
+    loaded = "(EngineCore_DP0 pid=7) INFO 08-16 12:00:00 [gpu_model_runner.py:1] Model loading took 8.49 GiB"
+    assert decided([loaded, neg]) == ("kv_cache_alloc", "message")
+    a = feed([loaded, neg])
+    a.flush()
+    assert a.first_oom is not None and a.first_oom.line == 2 and a.counts["oom"] == 1
+    assert decided([loaded, neg.replace("-19.92", "0.00")]) == (None, None)
+    assert decided([loaded, neg, loaded.replace("Model loading took 8.49 GiB", "GPU KV cache size: 0 tokens")]) == (
+        None,
+        None,
+    )
+
+
+def test_rays_memory_monitor_killing_a_task_is_not_a_device_failure():
+    """`ray.exceptions.OutOfMemoryError`: Ray killed a task for the host's RAM (its memory monitor), not the GPU's."""
+    ray = [
+        "ERROR 03-21 17:27:44 [core.py:340] ray.exceptions.OutOfMemoryError: Task was killed due to the node running "
+        "low on memory.",
+        "ERROR 03-21 17:27:44 [core.py:340] worker failed: ray.exceptions.OutOfMemoryError: Task was killed",
+    ]
+    assert decided(ray) == (None, None)
+    assert decided(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])[0] is not None
+
+
 def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():
     lines = [
         "INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m...",

@@ -107,7 +107,8 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
         "sampler",
         "sampler_warmup_oom",
     ),
-    (re.compile(r"^(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
+    # (not Ray's: `ray.exceptions.OutOfMemoryError` is its memory monitor killing a task for the host's RAM)
+    (re.compile(r"^(?!ray\.)(?:[\w.]+\.)?OutOfMemoryError\b"), None, "device_oom"),
     # `CUDA Error: out of memory at <file>:<line>`: vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, CUDA_CHECK
     # formats cuGetErrorString as "CUDA Error: %s at %s:%d") raises it from CuMemAllocator.wake_up.
     (
@@ -168,7 +169,7 @@ OOM_SIGNATURE = re.compile(
     # allocating device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
     r"|Attempting to (?:allocate|reserve))"
-    r"|OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    r"|(?<!ray\.exceptions\.)OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
     r"|Cuda failure (?:\d+ )?'out of memory'"

@@ -154,6 +154,8 @@ class LogAnalyzer:
         self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
         self._partial_frame: str | None = None  # a frame line wrapped before its function name
         self._kv_negative: Event | None = None
+        self._kv_negative_at = 0  # the line count when it was armed
+        self._kv_negative_followed = False  # a line with words in it came after it
         self._allocator_oom: tuple[int, Event] | None = None  # (line count, event) of ALLOCATOR_OOM's warning
         self._pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
         self._cut: Event | None = None  # a last line cut inside an OOM phrase: counted only if nothing follows it
@@ -172,8 +174,9 @@ class LogAnalyzer:
 
     @property
     def pending(self) -> Event | None:
-        """A failure not counted yet: one whose stage waits for what follows, or a line cut at the log's end."""
-        return self._pending or self._cut
+        """A failure not counted yet: one whose stage waits for what follows, a line cut at the log's end, or the
+        negative KV-cache budget the log ends on."""
+        return self._pending or self._cut or self._kv_negative_at_end()
 
     @pending.setter
     def pending(self, ev: Event | None) -> None:
@@ -210,6 +213,8 @@ class LogAnalyzer:
     def skip(self, lines: int) -> None:
         """`lines` lines that `quiescent` said change nothing: counted, not read."""
         self.lines += lines
+        if self._kv_negative is not None:
+            self._kv_negative_followed = True
 
     def quick(self, key: str | None, msg: str) -> bool:
         """What `_feed_text` does with the message of a record vLLM-shaped or wrapped (process `key`, no `&` entity
@@ -299,6 +304,8 @@ class LogAnalyzer:
         msg = rec.message
         if not msg or msg.isspace():
             return []
+        if self._kv_negative is not None and self.lines > self._kv_negative_at:
+            self._kv_negative_followed = True
         key = rec.process
         first = msg[0]
         if first == " " or first == "\t" or msg.startswith('File "'):
@@ -578,7 +585,27 @@ class LogAnalyzer:
                 process=rec.process,
                 cause="kv_cache_negative",
             )
+            self._kv_negative_at, self._kv_negative_followed = self.lines, False
         return []
+
+    def _kv_negative_at_end(self) -> Event | None:
+        neg = self._kv_negative
+        kv = self.epoch.facts.get("kv_cache_memory_gib")
+        if neg is None or self._kv_negative_followed or self.epoch.ready or not isinstance(kv, (int, float)) or kv >= 0:
+            return None
+        return neg
+
+    def _kv_negative_last(self) -> None:
+        """The log ends (or went quiet) on a negative KV-cache budget: vLLM raises next for any model with a KV-cache
+        spec (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, `available_memory <= 0`), so the failure
+        is there though its error is not yet, or was cut off by the paste. Zero is left armed: vllm-ascend logs it
+        for models that need no cache."""
+        neg = self._kv_negative_at_end()
+        if neg is None:
+            return
+        self._kv_negative = None
+        neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "medium"
+        self._count_oom(neg)
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
 
@@ -798,6 +825,7 @@ class LogAnalyzer:
         cut, self._cut = self._cut, None
         if cut is not None:  # nothing followed the cut line: it was the failure, cut by the paste
             self._count_oom(cut)
+        self._kv_negative_last()
         self._allocator_recovered()
         if self._pending is None:
             return
