@@ -240,6 +240,11 @@ def test_a_log_that_ends_on_a_negative_kv_budget_ends_in_its_failure():
         None,
         None,
     )
+    # what vLLM itself logs next before it raises: another worker's budget, v0.20's CUDA-graph profiling note
+    rank1 = neg.replace("pid=7", "pid=8").replace("-19.92", "-19.90")
+    graphs = neg.replace("Available KV cache memory: -19.92 GiB", "CUDA graph memory profiling is enabled (default)")
+    assert decided([loaded, neg, rank1, graphs]) == ("kv_cache_alloc", "message")
+    assert decided([loaded, neg.replace("-19.92", "-0.0")]) == ("kv_cache_alloc", "message")  # rounded below zero
 
 
 def test_rays_memory_monitor_killing_a_task_is_not_a_device_failure():
@@ -792,6 +797,13 @@ def test_tenstorrents_prefill_log_names_the_step_a_failure_interrupted():
     )
     assert decided([ready, prefill, tt]) == ("prefill", "message")
     assert decided([ready, tt])[0] == "runtime_unknown"
+    # a frame of the failing step says more than a line saying a prefill began; a request answered since ended it
+    decode = traceback([("vllm/worker/tt_model_runner.py", "_execute_model_single_step")], last="    x = y()")
+    decode += ["    tt_out = self.model.decode_forward(", "RuntimeError: TT_FATAL", tt]
+    decode[1] = decode[1].replace("_execute_model_single_step", "decode_forward")
+    assert decided([ready, prefill, *decode])[0] == "decode"
+    answered = '(APIServer pid=1) INFO:     10.0.0.9:5 - "POST /v1/completions HTTP/1.1" 200 OK'
+    assert decided([ready, prefill, answered, tt])[0] == "runtime_unknown"
 
 
 def test_aws_neurons_allocation_failure_is_a_memory_failure():

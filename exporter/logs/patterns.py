@@ -768,6 +768,9 @@ KV_NEEDED = re.compile(
 KV_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
 KV_V0_TOKENS = re.compile(r"that can be stored in KV cache \((\d+)\)")
 KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
+# What vLLM logs right after its KV-cache budget before it raises on a negative one: every worker's own budget line
+# (TP/DP ranks), and since v0.20 the CUDA-graph profiling note (vllm/v1/worker/gpu_worker.py determine_available_memory)
+KV_BUDGET_ECHO = re.compile(r"Available KV cache memory|Available memory: |CUDA graph memory profiling")
 # vllm-ascend's NPU worker (vllm_ascend/worker/worker_v1.py, determine_available_memory) says it in bytes, floored at
 # 0: "Available memory: 0, total memory: 65452113920"; vLLM then refuses to start ("No available memory for the cache
 # blocks", vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory)

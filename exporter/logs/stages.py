@@ -187,7 +187,8 @@ class LogAnalyzer:
     def quiescent(self) -> int:
         """2 when a line holding none of TRIGGER_WORDS, TRIGGER_PATTERNS' literals or `name(` of TRIGGER_CALLS, and not
         ending in the start of an OOM_HINT word, would change nothing here but `lines`: no failure pending or cut,
-        no frame half read, no incident open, serving seen (an access line's `_healthy` is a no-op), and a wrap
+        no frame half read, no incident open, no step a line said began, serving seen (an access line's `_healthy` is a
+        no-op), and a wrap
         tail that cannot complete a failure; 1 when so but a traceback's frames are open, so that a line holding
         a literal of OPEN_FRAME_PATTERNS counts too (an exception line closes them, `_end_traceback`); 0 when any
         line may count. Read `_feed_text` with these in hand to check."""
@@ -198,6 +199,7 @@ class LogAnalyzer:
             or self._allocator_oom is not None
             or self._partial_frame is not None
             or self._open
+            or (self._step_said_by == "message" and self._last_step)  # a serving line would end that step
             or not self._saw_runtime
             or not (ep.ready or ep.crashed)
             or OOM_WORD_STARTS is None
@@ -304,7 +306,7 @@ class LogAnalyzer:
         msg = rec.message
         if not msg or msg.isspace():
             return []
-        if self._kv_negative is not None and self.lines > self._kv_negative_at:
+        if self._kv_negative is not None and self.lines > self._kv_negative_at and not P.KV_BUDGET_ECHO.search(msg):
             self._kv_negative_followed = True
         key = rec.process
         first = msg[0]
@@ -591,9 +593,10 @@ class LogAnalyzer:
     def _kv_negative_at_end(self) -> Event | None:
         neg = self._kv_negative
         kv = self.epoch.facts.get("kv_cache_memory_gib")
-        if neg is None or self._kv_negative_followed or self.epoch.ready or not isinstance(kv, (int, float)) or kv >= 0:
+        if neg is None or self._kv_negative_followed or self.epoch.ready or not isinstance(kv, (int, float)):
             return None
-        return neg
+        # below zero, or printed as "-0.0" (vLLM >= 0.20 rounds to two places): zero itself is left armed
+        return neg if kv < 0 or (kv == 0 and "memory: -" in (neg.evidence or "")) else None
 
     def _kv_negative_last(self) -> None:
         """The log ends (or went quiet) on a negative KV-cache budget: vLLM raises next for any model with a KV-cache
@@ -693,12 +696,14 @@ class LogAnalyzer:
         step = self._last_step.get(dp_rank) if dp_rank is not None else None
         if step is None:
             step = self._last_step.get(-1)
-        if step in ("prefill", "decode"):
-            said_by = self._step_said_by
-            return step, said_by, "high" if said_by == "scheduler_dump" else "medium"
+        said_by = self._step_said_by
+        if step in ("prefill", "decode") and said_by == "scheduler_dump":
+            return step, said_by, "high"
         for tag in reversed(frames):
             if tag in ("prefill", "decode"):
                 return tag, "frame", "medium"
+        if step in ("prefill", "decode"):  # a line that said the step began: below a frame of the failing step
+            return step, said_by, "medium"
         return "runtime_unknown", "", ""
 
     def _step_of(self, ev: Event) -> str:
@@ -940,6 +945,8 @@ class LogAnalyzer:
         and the relays of the failure that follow are the same incident."""
         self._saw_runtime = True
         self._keep_provisional(serving="low")
+        if self._step_said_by == "message":  # a step a line said began: a request answered or stats since, it ended
+            self._last_step.clear()
         if self._allocator_oom is not None:
             self._allocator_recovered()
         ep = self.epoch
