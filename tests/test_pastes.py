@@ -122,3 +122,14 @@ def test_two_lines_under_a_collectors_label_are_read_too():
     assert common_label(two) == "vllm-7d9f8b7c5-x2x4z vllm "
     assert common_label(["node-3: see below", "node-3: it fails"]) is None  # nothing reads either way
     assert common_label([two[0], "node-3 vllm " + two[1][26:]]) is None  # both lines must carry it
+
+
+def test_a_label_the_parser_takes_off_some_lines_is_taken_off_all():
+    """On lines that lost vLLM's prefix, a label the record parser peels only before a line start it knows (Slurm's
+    `0: `, a launcher's `[service] `) stays in the message of the others: on every line, it is taken off all."""
+    bare = ["Available KV cache memory: -1.01 GiB", "ValueError: This number can not be negative ..."]
+    for label in ("0: ", "[mineru] "):
+        assert common_label([label + t for t in bare]) == label
+        assert texts(unpasted(lines([label + t for t in bare]))) == bare
+    assert common_label(["[Gloo] Rank 0 is connected", "[Gloo] Rank 1 is connected"]) is None  # peeled nowhere
+    assert common_label(["0: " + bare[0], bare[1]]) is None  # not on every line

@@ -247,6 +247,39 @@ def test_a_log_that_ends_on_a_negative_kv_budget_ends_in_its_failure():
     assert decided([loaded, neg.replace("-19.92", "-0.0")]) == ("kv_cache_alloc", "message")  # rounded below zero
 
 
+def test_an_exception_right_after_a_negative_kv_budget_is_its_failure():
+    """Forks word vLLM's refusal their own way (Intel's llm-scaler: `ValueError: This number can not be negative`):
+    an exception straight after a budget below zero is it. Not after zero or a positive budget."""
+    neg = "Available KV cache memory: -1.01 GiB"
+    raised = "ValueError: This number can not be negative ..."
+    a = feed([neg, raised])
+    assert (a.first_oom.stage, a.first_oom.line, a.counts["oom"]) == ("kv_cache_alloc", 1, 1)
+    crash = "(EngineCore_DP0 pid=7) ERROR 08-16 12:00:02 [core.py:1] EngineCore failed to start."
+    assert feed([neg, raised, crash]).counts["oom"] == 1
+    for other in ("Available KV cache memory: 0.00 GiB", "Available KV cache memory: 3.20 GiB"):
+        assert feed([other, raised]).first_oom is None, other
+
+
+def test_xlas_coded_allocation_failures_are_memory_failures():
+    """XLA's coded errors (E0100 a device buffer, E0101 a program) put the words on the next line."""
+    engine = "(EngineCore pid=7) ERROR 06-26 20:05:15 [core.py:1231] "
+    frames = traceback(
+        [
+            ("vllm/v1/engine/core.py", "_initialize_kv_caches"),
+            ("tpu_inference/runner/tpu_runner.py", "initialize_kv_cache"),
+        ],
+        last="jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E0100: RuntimeBufferAllocationFailure:",
+        prefix=engine,
+    )
+    more = engine + "Error allocating device buffer: Attempting to allocate 5.24G. That was not possible."
+    a = feed([*frames, more])
+    a.flush()
+    assert (a.counts["oom"], a.first_oom.stage) == (1, "kv_cache_alloc")
+    program = "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E0101: RuntimeProgramAllocationFailure:"
+    assert feed([program]).counts["oom"] == 1
+    assert feed(["jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E0200: SomethingElse:"]).counts["oom"] == 0
+
+
 def test_rays_memory_monitor_killing_a_task_is_not_a_device_failure():
     """`ray.exceptions.OutOfMemoryError`: Ray killed a task for the host's RAM (its memory monitor), not the GPU's."""
     ray = [

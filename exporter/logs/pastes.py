@@ -63,7 +63,8 @@ def reads_as_line(text: str) -> bool:
 
 def common_label(texts: list[str]) -> str | None:
     """The label nearly every line begins with (nine in ten), up to a separator, that the record parser does not
-    peel: taken off, some lines read as log lines that did not and none stops reading as one. Never vLLM's own
+    peel: taken off, some lines read as log lines that did not and none stops reading as one (or, on every line,
+    the parser peels it from some lines and leaves it in the others' message). Never vLLM's own
     prefix (a process or rank tag, a level): the shortest such label is the collector's (or the indentation of an
     excerpt pasted inside a list or a quote)."""
     lines = [t for t in texts if t.strip()]
@@ -85,9 +86,20 @@ def common_label(texts: list[str]) -> str | None:
         if LINE_OPENER_RE.search(label) or "pid=" in label:
             return None
         read = [(reads_as_line(t), reads_as_line(t[end:])) for t in group]
-        if not any(before and not after for before, after in read) and any(after > before for before, after in read):
+        if any(before and not after for before, after in read):
+            continue
+        if any(after > before for before, after in read) or (
+            len(group) == len(lines) and _peeled_somewhere(group, end)
+        ):
             return label
     return None
+
+
+def _peeled_somewhere(group: list[str], end: int) -> bool:
+    """The record parser takes the label off some of these lines (before a line start it knows) but leaves it in the
+    message of others (a line whose vLLM prefix the paste lost): a wrapper, to take off everywhere."""
+    peeled = [parse_record(t).message == parse_record(t[end:]).message for t in group]
+    return any(peeled) and not all(peeled)
 
 
 def unlabelled(lines: Iterable[LogLine]) -> Iterator[LogLine]:

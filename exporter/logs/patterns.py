@@ -167,6 +167,9 @@ OOM_SIGNATURE = re.compile(
     r"(?P<device>(?:CUDA|HIP|XPU|NPU|MPS)(?: driver| backend)? (?:[Ee]rror: )?out of memory"
     # XLA on TPU: "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm", or PjRt's "RESOURCE_EXHAUSTED: Error
     # allocating device buffer: Attempting to allocate 1.00G. That was not possible. There are 500.00M free."
+    # XLA's newer coded errors put the words on the next line: E0100 (a device buffer) and E0101 (a program's memory)
+    # are allocation failures (openxla.org/xla/errors/error_0100, error_0101)
+    r"|RESOURCE_EXHAUSTED: E010[01]: Runtime(?:Buffer|Program)AllocationFailure"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
     r"|Attempting to (?:allocate|reserve))"
     r"|(?<!ray\.exceptions\.)OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"

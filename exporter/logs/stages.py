@@ -307,6 +307,8 @@ class LogAnalyzer:
         if not msg or msg.isspace():
             return []
         if self._kv_negative is not None and self.lines > self._kv_negative_at and not P.KV_BUDGET_ECHO.search(msg):
+            if _EXCEPTION_LINE.match(msg) and not self._kv_negative_followed:
+                self._kv_negative_raised()  # what vLLM raises right after a budget below zero
             self._kv_negative_followed = True
         key = rec.process
         first = msg[0]
@@ -590,13 +592,26 @@ class LogAnalyzer:
             self._kv_negative_at, self._kv_negative_followed = self.lines, False
         return []
 
-    def _kv_negative_at_end(self) -> Event | None:
+    def _kv_negative_below_zero(self) -> Event | None:
         neg = self._kv_negative
         kv = self.epoch.facts.get("kv_cache_memory_gib")
-        if neg is None or self._kv_negative_followed or self.epoch.ready or not isinstance(kv, (int, float)):
+        if neg is None or self.epoch.ready or not isinstance(kv, (int, float)):
             return None
         # below zero, or printed as "-0.0" (vLLM >= 0.20 rounds to two places): zero itself is left armed
         return neg if kv < 0 or (kv == 0 and "memory: -" in (neg.evidence or "")) else None
+
+    def _kv_negative_at_end(self) -> Event | None:
+        return None if self._kv_negative_followed else self._kv_negative_below_zero()
+
+    def _kv_negative_raised(self) -> None:
+        """An exception straight after a KV-cache budget below zero (nothing between but other workers' budgets):
+        vLLM's refusal of it (check_enough_kv_cache_memory; forks word it their own way)."""
+        neg = self._kv_negative_below_zero()
+        if neg is None or "oom" in self._open:
+            return
+        self._kv_negative = None
+        neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
+        self._count_oom(neg)
 
     def _kv_negative_last(self) -> None:
         """The log ends (or went quiet) on a negative KV-cache budget: vLLM raises next for any model with a KV-cache
