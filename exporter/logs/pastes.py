@@ -63,10 +63,10 @@ def reads_as_line(text: str) -> bool:
 
 def common_label(texts: list[str]) -> str | None:
     """The label nearly every line begins with (nine in ten), up to a separator, that the record parser does not
-    peel: taken off, some lines read as log lines that did not and none stops reading as one (or, on every line,
-    the parser peels it from some lines and leaves it in the others' message). Never vLLM's own
-    prefix (a process or rank tag, a level): the shortest such label is the collector's (or the indentation of an
-    excerpt pasted inside a list or a quote)."""
+    peel: taken off, some lines read as log lines that did not and none stops reading as one (or, on every line, the
+    parser peels it from some lines and leaves it in the others' message). Never vLLM's own prefix (a process or rank
+    tag, a level): the shortest such label is the collector's (or the indentation of an excerpt pasted inside a list
+    or a quote)."""
     lines = [t for t in texts if t.strip()]
     indent = os.path.commonprefix(lines)
     indent = indent[: len(indent) - len(indent.lstrip())]

@@ -172,7 +172,8 @@ OOM_SIGNATURE = re.compile(
     r"|RESOURCE_EXHAUSTED: E010[01]: Runtime(?:Buffer|Program)AllocationFailure"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
     r"|Attempting to (?:allocate|reserve))"
-    r"|(?<!ray\.exceptions\.)OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    r"|(?<!ray\.exceptions\.)OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
     r"|Cuda failure (?:\d+ )?'out of memory'"
@@ -291,7 +292,7 @@ NOTHING_ALLOCATED = re.compile(r"\b0 bytes (?:is allocated by PyTorch|already al
 # c10/cuda/CUDACachingAllocator.cpp writes that clause only when private pools (CUDA graphs' memory pools, a sleep-mode
 # pool) hold cached memory, so "is allocated by PyTorch, and" reads as no graph captured yet: a startup before graph
 # capture, or an engine serving in eager mode (--enforce-eager). In the real corpus, failures that nothing else placed
-# and whose report says so had mostly failed at startup (9 of 11 in dev at the time of writing). PyTorch wrote the
+# and whose report says so had mostly failed at startup (17 of 18 in dev at the time of writing). PyTorch wrote the
 # clause from 2.4 (pytorch#124673): 2.1's report ("total capacty") and XPU's allocator (c10/xpu, always "..., and")
 # never say it, so their reports say nothing of the stage.
 NO_GRAPH_POOLS = re.compile(r"\bis allocated by PyTorch, and\b")

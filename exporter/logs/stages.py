@@ -30,10 +30,10 @@ MAX_EPOCHS = 64
 RELAY_LINES = 200  # how far below a traceback an error relaying it may stand and still use its frames
 ALLOCATOR_RETRY_LINES = 20  # how soon after the caching allocator's OOM warning an error says its retry failed too
 # A memory failure with no startup line, frame or serving sign around it (a bare excerpt): the stage we say. A failed
-# startup leaves its lines or frames. In the real corpus (tests/fixtures/real/, dev split with ho11), 27 failures were
-# placed by nothing at all, 14 of them startup failures: a coin toss. PyTorch's own report splits them: no memory in
-# CUDA-graph pools (P.NO_GRAPH_POOLS) in 11, 9 of them at startup, so those read as loading_unknown ("allocator");
-# of the 16 others (graph pools in use, or no such report), 11 had hit while serving: this default.
+# startup leaves its lines or frames. In the real corpus's dev split (tests/fixtures/real/, 511 excerpts at the time of
+# writing), 46 failures were placed by nothing but a guess, 27 of them startup failures. PyTorch's own report splits
+# them: no memory in CUDA-graph pools (P.NO_GRAPH_POOLS) in 18, 17 of them at startup, so those read as loading_unknown
+# ("allocator"); of the 28 others (graph pools in use, or no such report), 18 had hit while serving: this default.
 UNDECIDED_STAGE = "runtime_unknown"
 # What a failure nothing placed was read from: the prior, or the allocator's report (P.NO_GRAPH_POOLS). Any later
 # evidence (the engine's words, serving going on, a traceback's frames) overrides either.
@@ -188,10 +188,9 @@ class LogAnalyzer:
         """2 when a line holding none of TRIGGER_WORDS, TRIGGER_PATTERNS' literals or `name(` of TRIGGER_CALLS, and not
         ending in the start of an OOM_HINT word, would change nothing here but `lines`: no failure pending or cut,
         no frame half read, no incident open, no step a line said began, serving seen (an access line's `_healthy` is a
-        no-op), and a wrap
-        tail that cannot complete a failure; 1 when so but a traceback's frames are open, so that a line holding
-        a literal of OPEN_FRAME_PATTERNS counts too (an exception line closes them, `_end_traceback`); 0 when any
-        line may count. Read `_feed_text` with these in hand to check."""
+        no-op), and a wrap tail that cannot complete a failure; 1 when so but a traceback's frames are open, so that a
+        line holding a literal of OPEN_FRAME_PATTERNS counts too (an exception line closes them, `_end_traceback`); 0
+        when any line may count. Read `_feed_text` with these in hand to check."""
         ep = self.epochs[-1]
         if (
             self._pending is not None
@@ -606,23 +605,21 @@ class LogAnalyzer:
     def _kv_negative_raised(self) -> None:
         """An exception straight after a KV-cache budget below zero (nothing between but other workers' budgets):
         vLLM's refusal of it (check_enough_kv_cache_memory; forks word it their own way)."""
-        neg = self._kv_negative_below_zero()
-        if neg is None or "oom" in self._open:
-            return
-        self._kv_negative = None
-        neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
-        self._count_oom(neg)
+        if "oom" not in self._open:
+            self._count_kv_negative(self._kv_negative_below_zero(), "high")
 
     def _kv_negative_last(self) -> None:
         """The log ends (or went quiet) on a negative KV-cache budget: vLLM raises next for any model with a KV-cache
         spec (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, `available_memory <= 0`), so the failure
         is there though its error is not yet, or was cut off by the paste. Zero is left armed: vllm-ascend logs it
         for models that need no cache."""
-        neg = self._kv_negative_at_end()
+        self._count_kv_negative(self._kv_negative_at_end(), "medium")
+
+    def _count_kv_negative(self, neg: Event | None, confidence: str) -> None:
         if neg is None:
             return
         self._kv_negative = None
-        neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "medium"
+        neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", confidence
         self._count_oom(neg)
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
