@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.logs.stages import GUESSES
+
 STAGE_LABELS = {
     "weight_loading": "weight loading",
     "graph_capture": "torch.compile / CUDA-graph capture",
@@ -95,7 +97,7 @@ def _guessed_phase(first_oom: dict[str, Any]) -> str:
     """When nothing in the log said whether the engine was ready, the advice says so, and what changes if the
     reading is wrong: the two phases call for opposite first moves."""
     decided_by = first_oom.get("stage_evidence")
-    if decided_by not in ("none", "allocator"):
+    if decided_by not in GUESSES:
         return ""
     if decided_by == "allocator":
         why = "PyTorch's report shows no CUDA-graph memory yet, as at startup or in an engine run with --enforce-eager"

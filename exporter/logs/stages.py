@@ -154,7 +154,6 @@ class LogAnalyzer:
         self._tail: str = ""  # the end of the last long line, for lines a terminal wrapped
         self._partial_frame: str | None = None  # a frame line wrapped before its function name
         self._kv_negative: Event | None = None
-        self._kv_negative_at = 0  # the line count when it was armed
         self._kv_negative_followed = False  # a line with words in it came after it
         self._allocator_oom: tuple[int, Event] | None = None  # (line count, event) of ALLOCATOR_OOM's warning
         self._pending: Event | None = None  # an OOM whose stage nothing around it decided yet (see _count_oom)
@@ -305,7 +304,8 @@ class LogAnalyzer:
         msg = rec.message
         if not msg or msg.isspace():
             return []
-        if self._kv_negative is not None and self.lines > self._kv_negative_at and not P.KV_BUDGET_ECHO.search(msg):
+        # (armed further down this method: set here, it stood on an earlier line)
+        if self._kv_negative is not None and not P.KV_BUDGET_ECHO.search(msg):
             if _EXCEPTION_LINE.match(msg) and not self._kv_negative_followed:
                 self._kv_negative_raised()  # what vLLM raises right after a budget below zero
             self._kv_negative_followed = True
@@ -588,7 +588,7 @@ class LogAnalyzer:
                 process=rec.process,
                 cause="kv_cache_negative",
             )
-            self._kv_negative_at, self._kv_negative_followed = self.lines, False
+            self._kv_negative_followed = False
         return []
 
     def _kv_negative_below_zero(self) -> Event | None:
@@ -615,12 +615,13 @@ class LogAnalyzer:
         for models that need no cache."""
         self._count_kv_negative(self._kv_negative_at_end(), "medium")
 
-    def _count_kv_negative(self, neg: Event | None, confidence: str) -> None:
+    def _count_kv_negative(self, neg: Event | None, confidence: str) -> list[Event]:
+        """The armed budget line counted as the KV-cache allocation failure it led to."""
         if neg is None:
-            return
+            return []
         self._kv_negative = None
         neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", confidence
-        self._count_oom(neg)
+        return self._count_oom(neg)
 
     # -- tracebacks and runtime steps ----------------------------------------------------------------
 
@@ -893,14 +894,11 @@ class LogAnalyzer:
 
     def _event(self, rec: Record, line: LogLine, when: str | None, kind: str) -> list[Event]:
         out: list[Event] = []
-        neg = self._kv_negative
         if kind == "engine_crash" and self._allocator_oom is not None:
             out += self._count_oom(self._allocator_oom[1])
-        if kind == "engine_crash" and neg is not None and not self.epoch.ready and "oom" not in self._open:
+        if kind == "engine_crash" and not self.epoch.ready and "oom" not in self._open:
             # the engine died after vLLM found no memory left for the KV cache: that is the memory failure
-            neg.stage, neg.phase, neg.stage_evidence, neg.confidence = "kv_cache_alloc", "loading", "message", "high"
-            out += self._count_oom(neg)
-            self._kv_negative = None
+            out += self._count_kv_negative(self._kv_negative, "high")
         ev = Event(line.number, when, kind, evidence=_evidence(rec.message), process=rec.process)
         out += self._emit(ev)
         if kind == "engine_crash":
