@@ -291,6 +291,24 @@ def test_rays_memory_monitor_killing_a_task_is_not_a_device_failure():
     assert decided(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])[0] is not None
 
 
+def test_rays_task_error_named_after_its_cause_is_decided_by_the_cause():
+    """Ray names a failed task `RayTaskError(OutOfMemoryError)` whichever OutOfMemoryError caused it: its own memory
+    monitor's (the host's RAM) or torch's (the device's). The cause's line, printed below, decides."""
+    head = (
+        "(RayWorkerWrapper pid=2412) ERROR 03-21 17:27:44 worker_base.py:1] ray.exceptions.RayTaskError"
+        "(OutOfMemoryError): ray::RayWorkerWrapper.execute_method() (pid=2412, ip=10.0.0.2)"
+    )
+    frame = '(RayWorkerWrapper pid=2412)   File "/opt/vllm/worker/worker_base.py", line 481, in execute_method'
+    host = (
+        "(RayWorkerWrapper pid=2412) ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+        "memory."
+    )
+    device = "(RayWorkerWrapper pid=2412) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert decided([head, frame, host]) == (None, None)
+    assert decided([head]) == (None, None)
+    assert decided([head, frame, device])[0] is not None
+
+
 def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failure():
     lines = [
         "INFO 08-16 12:00:01 [gpu_model_runner.py:1] Starting to load model m...",

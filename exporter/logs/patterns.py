@@ -172,7 +172,9 @@ OOM_SIGNATURE = re.compile(
     r"|RESOURCE_EXHAUSTED: E010[01]: Runtime(?:Buffer|Program)AllocationFailure"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
     r"|Attempting to (?:allocate|reserve))"
-    r"|(?<!ray\.exceptions\.)OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B"
+    # (Ray names a task's failure after its cause, `RayTaskError(OutOfMemoryError)`, for torch's error and for its own
+    # host-memory kill alike: the cause's own line, which Ray prints below, decides)
+    r"|(?<!ray\.exceptions\.)(?<!RayTaskError\()OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B"
     r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
