@@ -3,7 +3,9 @@ N logs growing at 20 lines/s, and a Prometheus scraping /metrics every 15 s with
 (from /proc, so other load on the machine does not count) per minute and peak RSS (VmHWM).
 
 N = 16 is the scenario the target is about; N = 1 and 64 give the cost of each added server (a least-squares
-slope over the three, with the two segment slopes to show it is linear). Three runs per N, interleaved.
+slope over the three, with the two segment slopes to show it is linear). Three runs per N, interleaved. The logs
+hold what vLLM writes (benchmarks.fleet's `vllm` mix: access lines, each engine's stats every 10 s); one more
+row, 16 servers with the `stats` stress mix (every other line a stats line), runs interleaved with them.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def one_run(servers: int, seconds: float, warmup: float) -> dict:
-    serve, fleet, port = serve_with_fleet(servers, "5s", 20)
+STRESS = (16, "stats")
+
+
+def one_run(servers: int, seconds: float, warmup: float, mix: str = "vllm") -> dict:
+    serve, fleet, port = serve_with_fleet(servers, "5s", 20, mix=mix)
     try:
         wait_ready(port)
         time.sleep(warmup)
@@ -69,20 +74,24 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 
 def main(seconds: int = 60, repeats: int = 3, warmup: int = 10) -> list[dict]:
-    runs: dict[int, list[dict]] = {n: [] for n in SIZES}
+    runs: dict[tuple[int, str], list[dict]] = {(n, "vllm"): [] for n in SIZES}
+    runs[STRESS] = []
     for _ in range(repeats):  # interleaved: a noisy minute hits every size alike
-        for n in SIZES:
-            r = one_run(n, seconds, warmup)
-            runs[n].append(r)
+        for n, mix in runs:
+            r = one_run(n, seconds, warmup, mix)
+            runs[(n, mix)].append(r)
             print(
-                f"{n:>3} servers: {r['core_percent']:.2f} % of a core, peak RSS {r['peak_rss_mb']:.1f} MB", flush=True
+                f"{n:>3} servers ({mix} log mix): {r['core_percent']:.2f} % of a core, peak RSS "
+                f"{r['peak_rss_mb']:.1f} MB",
+                flush=True,
             )
     rows = []
-    for n, rs in runs.items():
+    for (n, mix), rs in runs.items():
         cores = [r["core_percent"] for r in rs]
         rows.append(
             {
                 "servers": n,
+                "log_mix": mix,
                 "gpus": 8,
                 "logs": n,
                 "log_lines_per_s": 20,
@@ -95,7 +104,7 @@ def main(seconds: int = 60, repeats: int = 3, warmup: int = 10) -> list[dict]:
                 "duration_s": statistics.median(r["duration_s"] for r in rs),
             }
         )
-    points = [(r["servers"], r["core_percent"]) for r in rows]
+    points = [(r["servers"], r["core_percent"]) for r in rows if r["log_mix"] == "vllm"]
     slope = _slope(points)
     seg = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(points, points[1:], strict=False)]
     rows.append({"servers": "slope", "core_percent_per_server": slope, "segments": seg})

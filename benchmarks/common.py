@@ -39,8 +39,11 @@ def record(section: str, rows: list[dict]) -> None:
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: bool = False, window: str = "5m") -> tuple:
-    """`vllm-headroom serve` (8 fake GPUs at 10 Hz) watching a fleet of simulated servers and their logs.
+def serve_with_fleet(
+    servers: int, interval: str, lines_per_s: float, churn: bool = False, window: str = "5m", mix: str = "vllm"
+) -> tuple:
+    """`vllm-headroom serve` (8 fake GPUs at 10 Hz) watching a fleet of simulated servers and their logs (`mix`:
+    benchmarks.fleet.MIXES).
 
     Returns (serve process, fleet process, exporter port); the caller terminates both.
     """
@@ -51,7 +54,8 @@ def serve_with_fleet(servers: int, interval: str, lines_per_s: float, churn: boo
     import yaml
 
     d = tempfile.mkdtemp()
-    args = [sys.executable, "-m", "benchmarks.fleet", str(servers), d, str(lines_per_s)] + (["churn"] if churn else [])
+    args = [sys.executable, "-m", "benchmarks.fleet", str(servers), d, str(lines_per_s), mix]
+    args += ["churn"] if churn else []
     fleet = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     info = json.loads(fleet.stdout.readline())
     port = free_port()

@@ -30,7 +30,7 @@ def summarize(r: dict) -> dict:
     parse = r["parse"]["rows"]
     logs = r["logs"]["rows"]
     serve = {(x["headers"], x["server"]): x for x in r["serve"]["rows"]}
-    over = {x["servers"]: x for x in r["overhead"]["rows"]}
+    over = {x["servers"]: x for x in r["overhead"]["rows"] if x.get("log_mix", "vllm") == "vllm"}
     return {
         "parse_speedup": min(x["speedup"] for x in parse if x["case"] == "cold"),
         "parse_speedup_with_escapes": min(x["speedup"] for x in parse if x["case"] in ("escape", "exemplar", "crlf")),
@@ -148,21 +148,24 @@ def write_doc() -> str:
         "8 fake GPUs sampled at 10 Hz, N simulated servers scraped every 5 s, N logs growing at 20 lines/s, "
         "/metrics scraped every 15 s with Prometheus' headers; CPU time of the `serve` process from /proc (so the "
         f"machine's other load does not count in it) over {ov[0]['duration_s']:.0f} s after a warm-up; 3 "
-        f"interleaved runs per N; {_load(r, 'overhead')}.",
+        f"interleaved runs per N; {_load(r, 'overhead')}. Log mix `vllm`: what a busy vLLM server writes, an "
+        "access line per answered request and each DP engine's stats line every 10 s (VLLM_LOG_STATS_INTERVAL's "
+        "default, vllm/envs.py); `stats`: a stress mix, every other line a stats line (50 times vLLM's rate, each "
+        "read by the stage machine), the mix of the rounds before.",
         "",
-        "| servers | % of one core (spread) | peak RSS MB |",
-        "| --- | --- | --- |",
+        "| servers | log mix | % of one core (spread) | peak RSS MB |",
+        "| --- | --- | --- | --- |",
     ]
     out += [
-        f"| {x['servers']} | {x['core_percent']:.2f} ({x['core_percent_min']:.2f}-{x['core_percent_max']:.2f}) | "
-        f"{x['peak_rss_mb']:.1f} |"
+        f"| {x['servers']} | {x.get('log_mix', 'stats')} | {x['core_percent']:.2f} "
+        f"({x['core_percent_min']:.2f}-{x['core_percent_max']:.2f}) | {x['peak_rss_mb']:.1f} |"
         for x in ov
         if x["servers"] != "slope"
     ]
     out += [
         "",
-        f"Per added server: **{slope['core_percent_per_server']:.3f} % of a core** (least squares over 1, 16 "
-        f"and 64; the segments 1→16 and 16→64 give {slope['segments'][0]:.3f} and {slope['segments'][1]:.3f}: "
+        f"Per added server: **{slope['core_percent_per_server']:.3f} % of a core** (`vllm` mix; least squares over "
+        f"1, 16 and 64; the segments 1→16 and 16→64 give {slope['segments'][0]:.3f} and {slope['segments'][1]:.3f}: "
         "linear within the noise).",
     ]
     la = r["latency"]["rows"][0]

@@ -33,3 +33,26 @@ def test_parse_benchmark_variants_agree_with_prometheus_client():
     for kind in ("escape", "exemplar", "crlf"):
         text = bench_parse.variant(bench_parse.payload(2), kind)
         assert sorted(bench_parse.ours(text)) == sorted(bench_parse.theirs(text)), kind
+
+
+def test_the_fleets_vllm_mix_writes_each_engines_stats_and_access_lines(tmp_path):
+    """The overhead benchmark's logs hold what vLLM writes: one stats line per DP engine (read as stats, each
+    engine's own), and access lines that only count."""
+    from exporter.config import LogSource
+    from exporter.logs.tailer import LogTailer
+    from exporter.simulate.logs import VllmLogWriter
+
+    path = str(tmp_path / "v.log")
+    w = VllmLogWriter(path)
+    w.healthy_startup()
+    t = LogTailer("s", LogSource(path), None)
+    t.poll()
+    before = t.health.lines_read
+    w.answered(3)
+    w.engine_stats(2, running=7, waiting=1, kv_usage=0.5, hit=0.25)
+    t.poll()
+    assert t.health.lines_read - before == 5
+    text = open(path).read().splitlines()[-2:]
+    assert [line.split("] ", 1)[1][:10] for line in text] == ["Engine 000", "Engine 001"]
+    facts = t.analyzer.epoch.facts
+    assert (facts["running_peak_reqs"], facts["prefix_cache_hit_rate_last_ratio"]) == (7, 0.25)

@@ -39,13 +39,14 @@ def stats_message(
     hit: float | None = None,
     prompt_tps: float | None = None,
     generation_tps: float | None = None,
+    engine: int = 0,
 ) -> str:
-    """The engine's periodic stats (`Engine 000: Avg prompt throughput ...`); the prefix hit rate only when given,
+    """An engine's periodic stats (`Engine 000: Avg prompt throughput ...`); the prefix hit rate only when given,
     as releases before prefix-cache stats wrote it."""
     prompt = running * 850.0 if prompt_tps is None else prompt_tps
     gen = running * 41.0 if generation_tps is None else generation_tps
     msg = (
-        f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} "
+        f"Engine {engine:03d}: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} "
         f"tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv_usage * 100:.1f}%"
     )
     return msg if hit is None else f"{msg}, Prefix cache hit rate: {hit * 100:.1f}%"
@@ -170,12 +171,27 @@ class VllmLogWriter:
         self.ready()
 
     def stats(self, running: int, waiting: int, kv_usage: float, hit: float) -> None:
+        """A stats line and an access line (a stress mix: vLLM itself writes stats every 10 s, see `engine_stats`)."""
         self._write(
             [
                 self.api(stats_message(running, waiting, kv_usage, hit), src="loggers.py:123"),
                 ACCESS_OK,
             ]
         )
+
+    def engine_stats(self, engines: int, running: int, waiting: int, kv_usage: float, hit: float) -> None:
+        """One stats line per DP engine, as the API server's stat logger writes them every
+        VLLM_LOG_STATS_INTERVAL (10 s by default, vllm/envs.py)."""
+        self._write(
+            [
+                self.api(stats_message(running, waiting, kv_usage, hit, engine=e), src="loggers.py:123")
+                for e in range(engines)
+            ]
+        )
+
+    def answered(self, requests: int) -> None:
+        """Uvicorn's access line for each answered request: most of what a busy server's log holds."""
+        self._write([ACCESS_OK] * requests)
 
     def oom(self, stage: str) -> None:
         """The lines a real failure at this stage prints: frames naming the step, one traceback per rank."""
