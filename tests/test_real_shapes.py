@@ -1552,3 +1552,33 @@ def test_tenstorrents_warmup_runs_its_decode_forward_at_startup():
     frames = [("models/tt_transformers/tt/generator_vllm.py", "warmup_model_decode")]
     frames += [("models/tt_transformers/tt/generator.py", "decode_forward")]
     assert decided(traceback(frames, last=tt))[0] == "warmup"
+
+
+def test_xla_running_out_of_the_devices_memory_counts_bare_but_a_cores_vmem_does_not():
+    """torch_xla raises XLA's compile error as a bare ValueError: `hbm` is the device's memory; `vmem` is a core's
+    on-chip scratch that a kernel's configuration overflowed (labelled none in the corpus, as tt-metal's L1)."""
+    hbm = "ValueError: Ran out of memory in memory space hbm. Used 33.54G of 15.75G hbm. Exceeded hbm capacity by 17.79G."
+    vmem = "ValueError: Ran out of memory in memory space vmem while allocating on stack for %name.32 = bf16[16,32,128]"
+    assert decided([hbm])[0] is not None
+    assert decided([vmem]) == (None, None)
+
+
+def test_v0s_multimodal_profile_run_warnings_say_the_memory_is_being_profiled():
+    """V0's profile_run for a multi-modal model logs these before running its dummy batch (worker/model_runner.py;
+    multimodal/profiling.py get_decoder_dummy_data, V0 only): a failure after them is KV-cache sizing."""
+    oom = (
+        "ERROR 04-27 16:28:02 [engine.py:448] CUDA out of memory. Tried to allocate 800.00 MiB. GPU 0 has a total "
+        "capacity of 15.56 GiB of which 442.62 MiB is free. Of the allocated memory 14.88 GiB is allocated by "
+        "PyTorch, and 38.19 MiB is reserved by PyTorch but unallocated."
+    )
+    short = (
+        "WARNING 04-27 16:27:59 [profiling.py:245] The sequence length used for profiling (max_num_batched_tokens / "
+        "max_num_seqs = 20000) is too short to hold the multi-modal embeddings in the worst case"
+    )
+    few = (
+        "WARNING 03-31 16:53:06 [model_runner.py:1296] Computed max_num_seqs (min(64, 16384 // 32768)) to be less "
+        "than 1. Setting it to the minimum value of 1."
+    )
+    assert decided([short, oom]) == ("kv_cache_alloc", "marker")
+    assert decided([few, oom]) == ("kv_cache_alloc", "marker")
+    assert decided([oom]) == ("loading_unknown", "allocator")

@@ -68,6 +68,9 @@ MARKERS: list[tuple[re.Pattern[str], str]] = [
         re.compile(
             r"^Memory profiling takes|^Memory profiling results|^Available KV cache memory|KV cache size: [\d,]+ tokens|^Starting profile run"
             r"|^# GPU blocks|^Maximum concurrency for"
+            # V0's profile_run for a multi-modal model (worker/model_runner.py, then multimodal/profiling.py
+            # get_decoder_dummy_data, V0 only): the dummy batch it is about to run is too small, or too few fit
+            r"|^Computed max_num_seqs \(min\(|^The sequence length used for profiling \("
         ),
         "kv_cache_alloc",
     ),
@@ -87,7 +90,7 @@ LAUNCH_COMMAND = re.compile(r"(?:^|[\s$#>])vllm serve\s|-m vllm\.entrypoints\.(?
 MARKER_HINT = re.compile(
     r"vLLM API|LLM engine|load model|shards:|Loading|loading took|torch\.compile|Dynamo"
     r"|Compiling a graph|compiled graph|Memory profiling|profile run|KV cache|TT kv caches|GPU blocks|Maximum concurrency"
-    r"|apturing|init engine|startup complete|API server|Uvicorn running"
+    r"|apturing|init engine|startup complete|API server|Uvicorn running|Computed max_num_seqs|used for profiling"
 )
 # Offline `LLM.generate` has no server: its progress bars (vllm/entrypoints/llm.py: tqdm "Adding requests",
 # "Processed prompts") are drawn only once the engine is built. Read at the message start, before the hints.
@@ -172,6 +175,9 @@ OOM_SIGNATURE = re.compile(
     r"|RESOURCE_EXHAUSTED: E010[01]: Runtime(?:Buffer|Program)AllocationFailure"
     r"|Out of memory while trying to allocate|RESOURCE_EXHAUSTED: .{0,80}?(?:Ran out of memory|out of memory"
     r"|Attempting to (?:allocate|reserve))"
+    # XLA's compiler when a program does not fit the device's memory, also raised bare (torch_xla: a ValueError);
+    # not a core's `vmem`, a kernel's on-chip scratch (its configuration, not memory headroom: as tt-metal's L1)
+    r"|Ran out of memory in memory space hbm\b"
     # (Ray names a task's failure after its cause, `RayTaskError(OutOfMemoryError)`, for torch's error and for its own
     # host-memory kill alike: the cause's own line, which Ray prints below, decides)
     r"|(?<!ray\.exceptions\.)(?<!RayTaskError\()OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B"
