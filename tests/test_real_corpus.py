@@ -115,6 +115,9 @@ def test_a_paste_with_its_viewers_line_numbers_reads_as_without(style):
         "[1,0]<stdout>:",  # mpirun --tag-output
         "(task, pid=12345) ",  # SkyPilot
         "[mineru] ",  # a service's name a launcher put in front
+        "vllm-server-1  | ",  # docker compose's service column
+        "2025-03-01T12:00:07.123456789Z ",  # kubectl logs --timestamps
+        "> ",  # quoted in a reply
         "\t",  # the whole excerpt indented inside a list
     ],
 )
