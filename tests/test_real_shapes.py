@@ -1557,7 +1557,9 @@ def test_tenstorrents_warmup_runs_its_decode_forward_at_startup():
 def test_xla_running_out_of_the_devices_memory_counts_bare_but_a_cores_vmem_does_not():
     """torch_xla raises XLA's compile error as a bare ValueError: `hbm` is the device's memory; `vmem` is a core's
     on-chip scratch that a kernel's configuration overflowed (labelled none in the corpus, as tt-metal's L1)."""
-    hbm = "ValueError: Ran out of memory in memory space hbm. Used 33.54G of 15.75G hbm. Exceeded hbm capacity by 17.79G."
+    hbm = (
+        "ValueError: Ran out of memory in memory space hbm. Used 33.54G of 15.75G hbm. Exceeded hbm capacity by 17.79G."
+    )
     vmem = "ValueError: Ran out of memory in memory space vmem while allocating on stack for %name.32 = bf16[16,32,128]"
     assert decided([hbm])[0] is not None
     assert decided([vmem]) == (None, None)
