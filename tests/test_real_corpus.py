@@ -18,6 +18,7 @@ held-out split at about the pooled first scores, not the bar.
 from __future__ import annotations
 
 import io
+import re
 import shutil
 
 import pytest
@@ -145,7 +146,8 @@ def test_a_paste_a_collector_labelled_reads_as_without(label):
 
 @pytest.mark.parametrize("width", [80, 120, 160, 200])
 def test_a_paste_a_terminal_hard_wrapped_reads_as_unwrapped(width):
-    """Copied out of a terminal, every line longer than the window is cut into window-wide pieces. Every dev log with
+    """Copied out of a terminal, every line longer than the window is cut into window-wide pieces (and colour codes
+    are left behind). Every dev log with
     at least two lines to cut triages the same cut (with one, a wrap cannot be told from a long line: left as is)."""
     changed, tried = [], 0
     for e in ENTRIES:
@@ -155,7 +157,9 @@ def test_a_paste_a_terminal_hard_wrapped_reads_as_unwrapped(width):
         if sum(len(line) > width for line in lines) < 2:
             continue
         tried += 1
-        cut = [line[i : i + width] for line in lines for i in range(0, max(len(line), 1), width)]
+        # copied out of a terminal: its colours are not (and a window's width counts what shows, not escapes)
+        shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines]
+        cut = [line[i : i + width] for line in shown for i in range(0, max(len(line), 1), width)]
         plain, pasted = (triage_stream("-", io.BytesIO("\n".join(t).encode())) for t in (lines, cut))
         got = [(r["first_oom"] or {}).get("stage") for r in (plain, pasted)]
         if got[0] != got[1] or plain["oom_by_stage"] != pasted["oom_by_stage"]:
