@@ -116,6 +116,22 @@ def _guessed_phase(first_oom: dict[str, Any]) -> str:
     )
 
 
+def _mamba_blocks(facts: dict[str, Any]) -> str:
+    """vLLM's own check that max_num_seqs fits a hybrid model's state cache (vllm/config/compilation.py
+    resolve_cudagraph_mode_and_sizes): a startup limit whose remedy vLLM names, unlike an OOM while loading."""
+    seqs, blocks = facts.get("max_num_seqs"), facts.get("mamba_cache_blocks")
+    ask = f"max_num_seqs={seqs}" if seqs is not None else "max_num_seqs"
+    fit = f"the {blocks} blocks" if blocks is not None else "the blocks"
+    return (
+        "Loading-stage failure during KV-cache allocation, before the engine was ready: the hybrid model keeps one "
+        f"Mamba cache block of recurrent state per decode sequence, and {ask} asks for more than {fit} that fit "
+        f"under gpu_memory_utilization{_fmt(facts.get('gpu_memory_utilization'))}. Lower max_num_seqs to at most "
+        f"{blocks if blocks is not None else 'that count'} (a limit vLLM checks at startup, before capturing CUDA "
+        "graphs) or raise gpu_memory_utilization; if the target concurrency needs more blocks than that, spread the "
+        "model over more GPUs or memory."
+    )
+
+
 def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: dict[str, int]) -> str:
     """The recommendation for one log, from its first memory failure (or its absence)."""
     if first_oom is None:
@@ -134,6 +150,8 @@ def next_move(first_oom: dict[str, Any] | None, facts: dict[str, Any], events: d
     stage = first_oom["stage"]
     label = STAGE_LABELS.get(stage, stage)
     guess = _guessed_phase(first_oom)
+    if first_oom.get("cause") == "mamba_cache_insufficient":
+        return guess + _mamba_blocks(facts)
     if first_oom["phase"] == "loading":
         topo = (
             ", ".join(

@@ -133,7 +133,11 @@ def test_advice_in_rules_and_runbooks_follows_the_guide():
     text = " ".join([loading.summary, loading.description, *loading.runbook.values()]).lower()
     assert "does not help" in text
     assert "lower concurrency" not in text.replace("lowering concurrency does not help", "")
-    assert "max-num-seqs" not in text
+    # vLLM's own check that max_num_seqs fits a hybrid model's state cache (vllm/config/compilation.py) is the one
+    # loading failure whose remedy is max_num_seqs; named with that check only, never as a general move
+    exception = re.search(r"one exception[^.]*mamba cache blocks[^.]*\.", text)
+    assert exception is not None
+    assert "max-num-seqs" not in text.replace(exception.group(0), "")
     runtime = specs["VllmRuntimeOOM"]
     first = runtime.runbook["first"].lower()
     assert "reduce" in first and "replay the same request set" in first and "hardware" not in first

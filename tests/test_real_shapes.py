@@ -324,9 +324,13 @@ def test_a_memory_error_vllm_caught_and_went_on_from_is_recovered_not_the_failur
 
 
 def test_a_fragment_that_starts_mid_startup_is_a_loading_failure():
+    """The last startup line says when, by default: counted as such once the log goes quiet (what follows may still
+    name the step, see test_an_error_relaying_the_failure_in_words_places_what_only_a_marker_had_placed)."""
     lines = ["Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:10<00:15,  5.01s/it]", OOM]
     a = feed(lines)
-    assert (a.first_oom.stage, a.first_oom.phase) == ("weight_loading", "loading")
+    assert a.first_oom is None and a.pending is not None  # not counted while the traceback may go on
+    a.flush()
+    assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.phase) == ("weight_loading", "loading")
 
 
 def test_lines_a_terminal_wrapped_are_joined():
@@ -1584,3 +1588,60 @@ def test_v0s_multimodal_profile_run_warnings_say_the_memory_is_being_profiled():
     assert decided([short, oom]) == ("kv_cache_alloc", "marker")
     assert decided([few, oom]) == ("kv_cache_alloc", "marker")
     assert decided([oom]) == ("loading_unknown", "allocator")
+
+
+START_LINE = "(APIServer pid=1) INFO 07-26 10:23:47 [api_server.py:1] vLLM API server version 0.11.0"
+
+
+def test_an_error_relaying_the_failure_in_words_places_what_only_a_marker_had_placed():
+    """V1 sizes the KV cache, allocates it and warms up after one "GPU KV cache size" line: a bare torch OOM below it
+    is the KV cache's only by default. _dummy_sampler_run re-raises it as "CUDA out of memory occurred when warming up
+    sampler" (an author-trimmed log may keep just those two lines): the relay names the step, and it is one failure."""
+    head = "(EngineCore_DP0 pid=2) "
+    sized = [
+        START_LINE,
+        head + "INFO 07-26 10:24:21 [gpu_worker.py:424] Available KV cache memory: 5.61 GiB",
+        head + "INFO 07-26 10:24:21 [kv_cache_utils.py:1314] GPU KV cache size: 45,968 tokens",
+        head + "ERROR 07-26 10:24:28 [core.py:1100] " + OOM,
+    ]
+    relay = (
+        head + "ERROR 07-26 10:24:28 [core.py:1100] RuntimeError: CUDA out of memory occurred when warming up sampler "
+        "with 256 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing "
+        "the engine."
+    )
+    assert decided(sized) == ("kv_cache_alloc", "marker")
+    a = feed([*sized, relay])
+    a.flush()
+    assert a.first_oom is not None and (a.first_oom.stage, a.first_oom.stage_evidence) == ("warmup", "message")
+    assert a.first_oom.line == 4 and dict(a.oom_counts) == {("warmup", "loading"): 1}
+
+
+MAMBA = (
+    "ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (189). Each decode sequence requires one Mamba "
+    "cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 189 or increase "
+    "gpu_memory_utilization."
+)
+
+
+def test_too_few_mamba_cache_blocks_for_max_num_seqs_is_a_kv_cache_failure_with_its_own_remedy():
+    """vllm/config/compilation.py resolve_cudagraph_mode_and_sizes, called as the KV cache is initialized: a hybrid
+    model's recurrent state takes one block per decode sequence out of the memory budget. No "out of memory" words,
+    and vLLM names the remedy (lower max_num_seqs), which the generic loading-stage advice rules out."""
+    worker = "(Worker_TP0 pid=7) ERROR 09-19 18:38:51 [multiproc_executor.py:1053] "
+    lines = [START_LINE, *traceback([("vllm/v1/worker/gpu_worker.py", "initialize_from_config")], MAMBA, worker)]
+    report = triage_stream("x", io.BytesIO("\n".join(lines).encode()))
+    first = report["first_oom"]
+    assert (first["stage"], first["cause"], first["stage_evidence"]) == (
+        "kv_cache_alloc",
+        "mamba_cache_insufficient",
+        "message",
+    )
+    assert report["facts"]["max_num_seqs"] == 256 and report["facts"]["mamba_cache_blocks"] == 189
+    assert "at most 189" in report["next_move"] and "does not help" not in report["next_move"]
+    # relayed inside another error's line, it still counts; quoted in a user's prompt, it does not
+    assert stage_of([START_LINE, f"{worker}Worker failed with error '{MAMBA}', please check the stack trace"]) == (
+        "kv_cache_alloc",
+        "message",
+    )
+    prompt = f"(APIServer pid=1) INFO 09-19 18:38:51 [logger.py:40] Received request x: prompt: '{MAMBA}'"
+    assert stage_of([START_LINE, prompt]) == (None, None)

@@ -143,6 +143,14 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
         "kv_cache_alloc",
         "max_model_len_too_large",
     ),
+    # A hybrid model's recurrent state takes one "Mamba cache block" per decode sequence, carved from the memory left
+    # after the weights: vllm/config/compilation.py resolve_cudagraph_mode_and_sizes raises this as the KV cache is
+    # initialized (initialize_kv_cache), before any graph is captured, when max_num_seqs needs more blocks than fit
+    (
+        re.compile(_EXC + r"max_num_seqs \(\d+\) exceeds available Mamba cache blocks"),
+        "kv_cache_alloc",
+        "mamba_cache_insufficient",
+    ),
     (
         re.compile(_EXC + r"Free memory on device .{0,80}? on startup is less than desired GPU memory utilization"),
         "loading_unknown",
@@ -151,7 +159,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 ]
 OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
-    r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device"
+    r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device|Mamba cache blocks"
     r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
     r"|EL0004|device memory failed|failed with OOM|Failed to apply for memory|nrt_tensor_allocate status"
 )
@@ -194,7 +202,8 @@ OOM_SIGNATURE = re.compile(
     r"|" + CANN_OOM.pattern + ")"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
-    r"|is larger than the maximum number of tokens that can be stored in KV cache)"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache"
+    r"|exceeds available Mamba cache blocks)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
 # An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the
@@ -778,6 +787,7 @@ KV_NEEDED = re.compile(
     r"\(" + NUM + r" ?GiB\)"
 )
 KV_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
+MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 KV_V0_TOKENS = re.compile(r"that can be stored in KV cache \((\d+)\)")
 KV_MEMORY = re.compile(r"^Available KV cache memory: " + NUM + r" ?GiB")
 # What vLLM logs right after its KV-cache budget before it raises on a negative one: every worker's own budget line

@@ -458,7 +458,8 @@ class LogAnalyzer:
             if P.ADVISORY.search(text, 0, m.start()):
                 return []  # advice that mentions the words, not a failure
         if m.group("kv"):
-            hint, cause = "kv_cache_alloc", "kv_cache_insufficient"
+            hint = "kv_cache_alloc"
+            cause = "mamba_cache_insufficient" if "Mamba" in m.group("kv") else "kv_cache_insufficient"
         elif m.group("free"):
             hint, cause = "loading_unknown", "free_memory_below_utilization"
         elif "warming up sampler" in text:
@@ -805,18 +806,23 @@ class LogAnalyzer:
         )
         if why in GUESSES:
             self._engine_words(msg or rec.message, rec.source, ev)
-        if cause in ("kv_cache_insufficient", "max_model_len_too_large"):
+        if cause in ("kv_cache_insufficient", "max_model_len_too_large", "mamba_cache_insufficient"):
             self._kv_facts(msg or rec.message)
+        if self._pending is not None and why in ("message", "frame"):
+            # the error relaying an undecided failure names its step (`CUDA out of memory occurred when warming
+            # up sampler`, re-raised from torch's error by _dummy_sampler_run): the same failure, now placed
+            self._decide_pending(stage, why, confidence)
         return self._count_oom(ev)
 
     def _count_oom(self, ev: Event) -> list[Event]:
         self._allocator_oom = None  # the failure the allocator's warning foretold, or that warning itself
         out = self._emit(ev)
         if out:
-            if ev.confidence == "low":
-                # Little above the failure says when it hit; what follows often does (a traceback logged after
-                # its message, serving going on, a restart). Counted once decided, or at the next quiet moment
-                # with what was known when it was logged.
+            if ev.confidence == "low" or ev.stage_evidence == "marker":
+                # Little above the failure says when it hit (a marker only names the last step announced, and
+                # V1 sizes, allocates and warms up after one line); what follows often does (a traceback logged
+                # after its message, an error relaying it in words, serving going on, a restart). Counted once
+                # decided, or at the next quiet moment with what was known when it was logged.
                 self._pending, self._pending_since = ev, self.lines
                 return out
             self._tally(ev)
@@ -891,6 +897,10 @@ class LogAnalyzer:
         m = P.KV_V0_TOKENS.search(msg)
         if m:
             facts.setdefault("kv_cache_tokens", int(m.group(1)))
+        m = P.MAMBA_BLOCKS.search(msg)
+        if m:
+            facts["max_num_seqs"] = int(m.group(1))
+            facts["mamba_cache_blocks"] = int(m.group(2))
 
     def _event(self, rec: Record, line: LogLine, when: str | None, kind: str) -> list[Event]:
         out: list[Event] = []

@@ -124,7 +124,9 @@ def specs(t: Thresholds) -> list[AlertSpec]:
                 "first": "Lowering concurrency does not help here. Check the image (vLLM version, a CUDA 13 build for "
                 "GB300), the driver (R580+), the hardware (GPU model, count, memory) and the parallel topology "
                 "(TP/PP/DP/EP sizes); make sure no other process holds GPU memory; for KV-cache failures compare "
-                "`--max-model-len` with the capacity the log states and revisit `--gpu-memory-utilization`.",
+                "`--max-model-len` with the capacity the log states and revisit `--gpu-memory-utilization`. One "
+                "exception, which triage names: a hybrid model's `max_num_seqs (N) exceeds available Mamba cache "
+                "blocks (M)` is fixed by `--max-num-seqs` at most M (or more `--gpu-memory-utilization`).",
                 "scale": "If the model's weights and one max-length request cannot fit on this topology at any setting, "
                 "this is a migrate-or-scale decision: more or larger GPUs, or a different parallel layout.",
                 "evidence": f"The triage report (stage, startup timeline, memory split), `{catalog.series('environment_check')}`, "
