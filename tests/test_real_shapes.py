@@ -1645,3 +1645,34 @@ def test_too_few_mamba_cache_blocks_for_max_num_seqs_is_a_kv_cache_failure_with_
     )
     prompt = f"(APIServer pid=1) INFO 09-19 18:38:51 [logger.py:40] Received request x: prompt: '{MAMBA}'"
     assert stage_of([START_LINE, prompt]) == (None, None)
+
+
+def test_podman_compose_brackets_the_service_name_in_its_column():
+    """podman-compose writes `[service]` padded to a column, then `| `, before each line of the container."""
+    column = "[vllm]                 | "
+    lines = [
+        column + "INFO 05-29 04:44:25 [gpu_model_runner.py:1276] Starting to load model Qwen/Qwen3-32B...",
+        column + "ERROR 05-29 04:44:26 [core.py:387] EngineCore hit an exception: Traceback (most recent call last):",
+        column + "ERROR 05-29 04:44:26 [core.py:387] " + OOM,
+    ]
+    assert decided(lines) == ("weight_loading", "marker")
+
+
+def test_the_allocators_nvml_assert_is_the_oom_message_it_could_not_write():
+    """c10/cuda/CUDACachingAllocator.cpp reportProcessMemoryInfo asserts `NVML_SUCCESS == r` while writing the OOM
+    message's process list: on a MIG slice the assert is all that is left of "CUDA out of memory"."""
+    head = "(EngineCore_0 pid=72) "
+    assertion = (
+        'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1016, '
+        "please report a bug to PyTorch. "
+    )
+    lines = [
+        head + "INFO 08-25 09:42:20 [gpu_worker.py:276] Available KV cache memory: 1.40 GiB",
+        head + "INFO 08-25 09:42:24 [gpu_model_runner.py:2708] Graph capturing finished in 4 secs, took 0.39 GiB",
+        head + "ERROR 08-25 09:42:24 [core.py:700] EngineCore failed to start.",
+        head + "ERROR 08-25 09:42:24 [core.py:700] " + assertion,
+    ]
+    assert decided(lines) == ("warmup", "marker")
+    # another internal assert, or NVML's check elsewhere, is not a memory failure
+    other = assertion.replace("CUDACachingAllocator.cpp", "CUDAContext.cpp")
+    assert decided([*lines[:3], head + "ERROR 08-25 09:42:24 [core.py:700] " + other]) == (None, None)

@@ -160,7 +160,7 @@ OOM_PATTERNS: list[tuple[re.Pattern[str], str | None, str]] = [
 OOM_HINT = re.compile(
     r"OutOfMemoryError|out of memory|ALLOC_FAILED|MemoryAllocation|OutOfMemory"
     r"|No available memory|To serve at least one request|stored in KV cache|Free memory on device|Mamba cache blocks"
-    r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate"
+    r"|Tried to allocate|OUT_OF_DEVICE_MEMORY|RESOURCE_EXHAUSTED|Not enough space to allocate|NVML_SUCCESS == r "
     r"|EL0004|device memory failed|failed with OOM|Failed to apply for memory|nrt_tensor_allocate status"
 )
 # Ascend's CANN runtime (vllm-ascend): "Memory_Allocation_Failure(EL0004): Failed to allocate memory." (older: "EL0004:
@@ -190,6 +190,10 @@ OOM_SIGNATURE = re.compile(
     # host-memory kill alike: the cause's own line, which Ray prints below, decides)
     r"|(?<!ray\.exceptions\.)(?<!RayTaskError\()OutOfMemoryError\b|Tried to allocate \d[\d.]* ?[KMGT]i?B"
     r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+    # torch's caching allocator lists the device's processes with NVML only to write its OOM message
+    # (c10/cuda/CUDACachingAllocator.cpp reportProcessMemoryInfo, `TORCH_INTERNAL_ASSERT(NVML_SUCCESS == r)`); where
+    # NVML cannot list them (a MIG slice, a container without NVML's process view) the assert replaces the message
+    r"|NVML_SUCCESS == r INTERNAL ASSERT FAILED at \"[^\"]{0,200}CUDACachingAllocator\.cpp\""
     r"|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIPBLAS_STATUS_ALLOC_FAILED|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
     # NCCL's CUDACHECK: `Cuda failure 2 'out of memory'` (older: `Cuda failure 'out of memory'`)
     r"|Cuda failure (?:\d+ )?'out of memory'"

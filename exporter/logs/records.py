@@ -47,7 +47,8 @@ _WRAPPERS = re.compile(
     # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)
     r"|(?P<foreign>(?i:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL|FATAL))[ \t]*\|[ \t]+(?:[A-Z][A-Za-z]{1,15}[ \t]*\| )?"
     r"(?:[A-Za-z_][\w.]{0,120}:[\w<>]{1,80}:\d{1,6} - )?"
-    r"|[A-Za-z0-9][\w.-]{0,62}[ \t]*\| "  # docker compose's service column
+    # docker compose's service column; podman-compose brackets the name (`[vllm]          | `)
+    r"|(?:[A-Za-z0-9][\w.-]{0,62}|\[[A-Za-z0-9][\w.-]{0,62}\])[ \t]*\| "
     r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste
     r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
     r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
