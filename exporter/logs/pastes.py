@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from exporter.logs.formats import LogLine
 from exporter.logs.patterns import LINE_OPENER, LINE_START
-from exporter.logs.records import parse_record
+from exporter.logs.records import COMPOSE_COLUMN, parse_record
 
 _NUMBER = re.compile(r"[ \t]{0,6}(\d{1,6})(?:[ \t]*[|:][ \t]?|[ \t]+|$)")
 NUMBERED_SNIFF = 8
@@ -115,10 +115,9 @@ def unlabelled(lines: Iterable[LogLine]) -> Iterator[LogLine]:
 
 # How a line of its own begins, from its first character (a piece cut inside a process tag, `ank=0 pid=7) ERROR`,
 # does not): what opens a vLLM line (a process or rank tag, a level, a traceback's start), a timestamp (kubectl,
-# docker, journald), docker compose's service column (podman-compose's, bracketed).
+# docker, journald), docker compose's or podman-compose's service column.
 _LINE_HEAD = re.compile(
-    LINE_OPENER
-    + r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d |\[?[A-Za-z0-9][\w.-]{0,62}\]?[ \t]*\| "
+    LINE_OPENER + r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d |" + COMPOSE_COLUMN
 )
 # A row of a fixed-width table (nvidia-smi's, a pasted report's): as wide as its neighbours by design, never a wrap.
 _TABLE_ROW = re.compile(r"[ \t]*(?:\||\+[-=+])")

@@ -206,8 +206,8 @@ OOM_SIGNATURE = re.compile(
     r"|" + CANN_OOM.pattern + ")"
     r"|(?P<kv>No available memory for the cache blocks"
     r"|KV cache is needed, which is larger than the available KV cache memory"
-    r"|is larger than the maximum number of tokens that can be stored in KV cache"
-    r"|exceeds available Mamba cache blocks)"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache)"
+    r"|(?P<mamba>exceeds available Mamba cache blocks)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
 # An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the

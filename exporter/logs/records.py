@@ -24,6 +24,8 @@ _LEVEL_PREFIX = re.compile(
 )
 _PROCESS = re.compile(r"\(?(?:(?P<proc>[A-Za-z][^()\n]{0,80}?) )?pid=(?P<pid>\d+)(?:, ip=[^)\s]{1,64})?\)\s?")
 _RANK = re.compile(r"\[rank(?P<rank>\d{1,5})\]:\s?")
+# docker compose's service column (`vllm-1  | `); podman-compose brackets the name (`[vllm]          | `)
+COMPOSE_COLUMN = r"(?:[A-Za-z0-9][\w.-]{0,62}|\[[A-Za-z0-9][\w.-]{0,62}\])[ \t]*\| "
 # Wrappers that say nothing we keep: each is tried at the start of what is left, until none matches.
 _WRAPPERS = re.compile(
     r">+ ?"  # a quote marker of a pasted reply
@@ -47,9 +49,9 @@ _WRAPPERS = re.compile(
     # Python side), tt-metal's C++ `critical |          Always | ` (level, then the log type padded to the left)
     r"|(?P<foreign>(?i:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL|FATAL))[ \t]*\|[ \t]+(?:[A-Z][A-Za-z]{1,15}[ \t]*\| )?"
     r"(?:[A-Za-z_][\w.]{0,120}:[\w<>]{1,80}:\d{1,6} - )?"
-    # docker compose's service column; podman-compose brackets the name (`[vllm]          | `)
-    r"|(?:[A-Za-z0-9][\w.-]{0,62}|\[[A-Za-z0-9][\w.-]{0,62}\])[ \t]*\| "
-    r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste
+    + "|"
+    + COMPOSE_COLUMN
+    + r"|\[[\w./-]{1,120}\.py:\d+\] "  # vLLM's source tag, its level and time cut off by the paste
     r"|[ \t]{0,4}\d{1,5}(?:[ \t]*[|:][ \t]?|[ \t]+)"  # a pastebin line number ...
     r"(?=" + _LEVEL + r"\b|\(|\[rank|Traceback|\s*File \"|[\w.]*(?:Error|Exception)\b)"  # ... before a line start
 )

@@ -458,8 +458,9 @@ class LogAnalyzer:
             if P.ADVISORY.search(text, 0, m.start()):
                 return []  # advice that mentions the words, not a failure
         if m.group("kv"):
-            hint = "kv_cache_alloc"
-            cause = "mamba_cache_insufficient" if "Mamba" in m.group("kv") else "kv_cache_insufficient"
+            hint, cause = "kv_cache_alloc", "kv_cache_insufficient"
+        elif m.group("mamba"):
+            hint, cause = "kv_cache_alloc", "mamba_cache_insufficient"
         elif m.group("free"):
             hint, cause = "loading_unknown", "free_memory_below_utilization"
         elif "warming up sampler" in text:
