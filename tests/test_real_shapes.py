@@ -1647,6 +1647,22 @@ def test_too_few_mamba_cache_blocks_for_max_num_seqs_is_a_kv_cache_failure_with_
     assert stage_of([START_LINE, prompt]) == (None, None)
 
 
+def test_v0s_max_seq_len_error_has_one_cause_at_a_lines_start_and_relayed_inside_a_line():
+    """V0's raise_if_cache_size_invalid: the model's max seq len does not fit the tokens the cache holds. Relayed inside
+    another line (Xinference's restful API wraps it so), it is the same failure with the same cause."""
+    message = (
+        "The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache "
+        "(1984). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
+    relayed = (
+        f"2025-04-12 21:57:39,467 xinference.api.restful_api 1 ERROR    [address=0.0.0.0:43423, pid=167] {message}"
+    )
+    for line in (f"ValueError: {message}", relayed):
+        report = triage_stream("x", io.BytesIO("\n".join([START_LINE, line]).encode()))
+        first = report["first_oom"]
+        assert (first["stage"], first["cause"]) == ("kv_cache_alloc", "max_model_len_too_large"), line
+
+
 def test_podman_compose_brackets_the_service_name_in_its_column():
     """podman-compose writes `[service]` padded to a column, then `| `, before each line of the container."""
     column = "[vllm]                 | "

@@ -205,11 +205,18 @@ OOM_SIGNATURE = re.compile(
     r"|nrt_tensor_allocate status=4\b"
     r"|" + CANN_OOM.pattern + ")"
     r"|(?P<kv>No available memory for the cache blocks"
-    r"|KV cache is needed, which is larger than the available KV cache memory"
-    r"|is larger than the maximum number of tokens that can be stored in KV cache)"
+    r"|KV cache is needed, which is larger than the available KV cache memory)"
+    r"|(?P<kv_len>is larger than the maximum number of tokens that can be stored in KV cache)"
     r"|(?P<mamba>exceeds available Mamba cache blocks)"
     r"|(?P<free>Free memory on device .{0,80}? on startup is less than desired GPU memory utilization)"
 )
+# The stage hint and cause of OOM_SIGNATURE's groups of vLLM's own messages, as at a line's start (OOM_PATTERNS)
+SIGNATURE_CAUSES: dict[str, tuple[str | None, str]] = {
+    "kv": ("kv_cache_alloc", "kv_cache_insufficient"),
+    "kv_len": ("kv_cache_alloc", "max_model_len_too_large"),
+    "mamba": ("kv_cache_alloc", "mamba_cache_insufficient"),
+    "free": ("loading_unknown", "free_memory_below_utilization"),
+}
 # An exception line whose message a paste cut inside the device's OOM phrase (`RuntimeError: CUDA out of`). Only the
 # last line of a log can be cut so: it counts when nothing follows it (see LogAnalyzer.flush).
 CUT_OOM = re.compile(

@@ -457,16 +457,10 @@ class LogAnalyzer:
                 )
             if P.ADVISORY.search(text, 0, m.start()):
                 return []  # advice that mentions the words, not a failure
-        if m.group("kv"):
-            hint, cause = "kv_cache_alloc", "kv_cache_insufficient"
-        elif m.group("mamba"):
-            hint, cause = "kv_cache_alloc", "mamba_cache_insufficient"
-        elif m.group("free"):
-            hint, cause = "loading_unknown", "free_memory_below_utilization"
-        elif "warming up sampler" in text:
-            hint, cause = "sampler", "sampler_warmup_oom"
-        else:
-            hint, cause = None, "device_oom"
+        named = next((hint_cause for group, hint_cause in P.SIGNATURE_CAUSES.items() if m.group(group)), None)
+        if named is None:
+            named = ("sampler", "sampler_warmup_oom") if "warming up sampler" in text else (None, "device_oom")
+        hint, cause = named
         return self._oom(rec, line, when, hint, cause, msg)
 
     def _engine_words(self, msg: str, source: str | None, ev: Event | None = None) -> None:
