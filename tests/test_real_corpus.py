@@ -3,8 +3,9 @@
 The figures are printed by `make triage-score` (python -m tests.real_corpus). The dev split (what the analyzer was
 tuned on) must meet the issue's bar: phase >= 97 %, stage >= 90 %, no false OOM. A held-out split is scored once
 and never tuned on; until ho19 each was then moved into dev. Eighteen held-out sets have been scored so: `ho-` (40
-excerpts: phase 90.0 %, stage 85.0 %), `ho2-` (33: 90.9 %, 90.9 %), `ho3-` (39: 82.1 %, 74.4 %, 1/23 failures missed), `ho4-` (30: 96.7 %,
-83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed), `ho6-` (23: 100.0 %, 95.7 %), `ho7-` (26: 80.8 %,
+excerpts: phase 90.0 %, stage 85.0 %), `ho2-` (33: 90.9 %, 90.9 %), `ho3-` (39: 82.1 %, 74.4 %, 1/23 failures
+missed), `ho4-` (30: 96.7 %, 83.3 %, 1/17 missed), `ho5-` (23: 87.0 %, 87.0 %, 1/11 missed),
+`ho6-` (23: 100.0 %, 95.7 %), `ho7-` (26: 80.8 %,
 80.8 %), `ho8-` (22: 86.4 %, 81.8 %, 2/6 missed), `ho9-` (30: 80.0 %, 80.0 %), `ho10-` (35: 88.6 %, 85.7 %, 1/14
 missed), `ho11-` (33: 81.8 %, 81.8 %), `ho12-` (30: 90.0 %, 90.0 %, 1/10 missed) and `ho13-` (36: 94.4 %, 91.7 %),
 scored together at 2d0997d (66: 92.4 %, 90.9 %), and `ho14-` (33, at 714b90d: 90.9 %, 87.9 %, 1/15 missed, and 1/18
